@@ -1,0 +1,49 @@
+"""distbench's entry point: compose the config (Hydra) → validate → launch the ranks → track.
+
+python run.py                                        # tiny model, dp, 2 ranks (CPU: ~1 min)
+python run.py -m strategy=dp,tp,zero3 world_size=2,4 # a sweep: one MLflow child run per job
+python run.py -m experiments=strategy_grid           # a named study from experiments/
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from distbench.config import register_configs
+
+PROJECT_DIR = Path(__file__).resolve().parent
+os.environ.setdefault("DISTBENCH_HOME", str(PROJECT_DIR))  # conf/config.yaml's searchpath
+register_configs()
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from distbench.config import ConfigError, validate
+    from distbench.orchestrator import run_job
+    from distbench.summary import print_summary
+
+    single_run = HydraConfig.get().mode == RunMode.RUN
+    if single_run:
+        try:
+            validate(cfg)
+        except ConfigError as exc:  # refuse before anything starts: one line, no traceback
+            print(f"distbench: invalid config: {exc}", file=sys.stderr)
+            sys.exit(2)
+    job_dir = Path(HydraConfig.get().runtime.output_dir)
+    outcome = run_job(cfg, job_dir, PROJECT_DIR / "conf", PROJECT_DIR)
+    if single_run:
+        print_summary([outcome], title=f"distbench run {job_dir}")
+        if outcome["status"] != "FINISHED":
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""Typed config schemas, their registration with Hydra's ConfigStore, and validate().
+
+The YAML files under conf/ hold the values; the dataclasses here hold the types and the
+required fields. `validate()` is pure: it takes the composed config and either returns the
+resolved `Layout` or raises `ConfigError` with a one-line message that names the bad value and
+what is allowed, before any process is started.
+
+    python -c "from distbench.config import register_configs; register_configs()"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+ENGINES = ("deepspeed",)
+WORKLOADS = ("train",)
+DTYPES = ("fp32", "bf16", "fp16")
+MODEL_FAMILIES = ("llama", "gpt2")
+TRACKING_BACKENDS = ("sqlite", "server", "none")
+OFFLOAD_DEVICES = ("none", "cpu")
+ZERO_STAGES = (0, 1, 2, 3)
+# DeepSpeed's PipelineEngine refuses ZeRO-2/3: gradients must stay whole per stage.
+MAX_ZERO_STAGE_WITH_PIPELINE = 1
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message is one line with the numbers in it."""
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a transformers causal LM, built with random weights."""
+
+    name: str = MISSING
+    family: str = MISSING  # llama | gpt2
+    vocab_size: int = MISSING
+    hidden_size: int = MISSING
+    num_layers: int = MISSING
+    num_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    intermediate_size: int = MISSING
+    max_position_embeddings: int = MISSING
+    tie_word_embeddings: bool = False
+    attn_implementation: str = "sdpa"
+    # A local directory saved with `save_pretrained`; when set, its weights are loaded.
+    pretrained_path: str | None = None
+
+
+@dataclass
+class StrategyConfig:
+    """Parallel layout. dp=-1 means "the rest of the ranks": world_size // (tp * pp)."""
+
+    name: str = MISSING
+    engine: str = "deepspeed"
+    dp: int = -1
+    tp: int = 1
+    pp: int = 1
+    # A stage the strategy fixes (zero3 -> 3); None lets the zero_stage group choose.
+    zero_stage: int | None = None
+    default_zero_stage: int = 0
+    offload_optimizer: str = "none"  # none | cpu
+    offload_param: str = "none"  # none | cpu
+
+
+@dataclass
+class BatchConfig:
+    name: str = MISSING
+    micro_batch_size: int = MISSING  # sequences per rank per micro-step
+    grad_accum_steps: int = 1  # micro-steps per optimizer step (pipeline: micro-batches)
+    seq_len: int = MISSING
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = "train"
+    num_warmup_steps: int = 3
+    num_steps: int = 10
+    dtype: str = "fp32"  # fp32 | bf16 | fp16 (fp16 only on GPU)
+    lr: float = 1e-4
+    seed: int = 1234
+
+
+@dataclass
+class HardwareConfig:
+    """Per-device figures. On CPU one rank is one device (one core, OMP_NUM_THREADS=1)."""
+
+    name: str = MISSING
+    device: str = MISSING  # cuda | cpu | auto
+    # None: estimated on the host at launch (CPU: cpuinfo MHz x FLOPs/cycle).
+    peak_tflops_fp32: float | None = None
+    peak_tflops_bf16: float | None = None
+    peak_tflops_fp16: float | None = None
+    mem_gib: float | None = None
+    interconnect_gbps: float | None = None
+    price_usd_per_hour: float = 0.0
+
+
+@dataclass
+class TrackingConfig:
+    backend: str = "sqlite"  # sqlite | server | none
+    # None: $MLFLOW_TRACKING_URI if set, else sqlite:///<launch dir>/mlflow.db
+    uri: str | None = None
+    experiment_name: str = "distbench"
+    ui_port: int = 5000
+
+
+@dataclass
+class LimitsConfig:
+    timeout_s: float = 900.0  # wall clock for one job's worker group
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    strategy: StrategyConfig = MISSING
+    # None: the strategy's stage. The stage's block is conf/ds_zero/<stage>.yaml.
+    zero_stage: int | None = None
+    # Extra keys of DeepSpeed's zero_optimization block, merged over the stage's block.
+    zero_optimization: dict[str, Any] = field(default_factory=dict)
+    batch: BatchConfig = MISSING
+    workload: WorkloadConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    tracking: TrackingConfig = MISSING
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    world_size: int = 2
+    nproc_per_node: int | None = None  # None: all ranks on this node
+
+
+def register_configs() -> None:
+    """Store the schemas so YAML options can start with `defaults: [base_<group>]`."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, node in [
+        ("model", ModelConfig),
+        ("strategy", StrategyConfig),
+        ("batch", BatchConfig),
+        ("workload", WorkloadConfig),
+        ("hardware", HardwareConfig),
+        ("tracking", TrackingConfig),
+    ]:
+        cs.store(group=group, name=f"base_{group}", node=node)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What validate() resolved: the degrees and the ZeRO stage that will run."""
+
+    world_size: int
+    dp: int
+    tp: int
+    pp: int
+    zero_stage: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "world_size": self.world_size,
+            "dp": self.dp,
+            "tp": self.tp,
+            "pp": self.pp,
+            "zero_stage": self.zero_stage,
+        }
+
+
+def _one_of(what: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{what}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def _positive(what: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{what}={value} must be >= 1")
+
+
+def resolve_degrees(world_size: int, dp: int, tp: int, pp: int) -> tuple[int, int, int]:
+    """Fill dp=-1 with the rest of the ranks and check dp * tp * pp == world_size."""
+    _positive("world_size", world_size)
+    _positive("strategy.tp", tp)
+    _positive("strategy.pp", pp)
+    if dp == -1:
+        if world_size % (tp * pp):
+            raise ConfigError(
+                f"world_size({world_size}) is not divisible by tp({tp}) * pp({pp}); "
+                f"use a world_size that is a multiple of {tp * pp}"
+            )
+        dp = world_size // (tp * pp)
+    _positive("strategy.dp", dp)
+    if dp * tp * pp != world_size:
+        raise ConfigError(f"dp({dp}) * tp({tp}) * pp({pp}) != world_size({world_size})")
+    return dp, tp, pp
+
+
+def resolve_zero_stage(strategy: Any, chosen: int | None) -> int:
+    """The stage that runs: pinned by the strategy, chosen by zero_stage=, or the default."""
+    pinned = strategy.zero_stage
+    if pinned is not None and chosen is not None and int(chosen) != int(pinned):
+        raise ConfigError(
+            f"strategy={strategy.name} pins zero_stage={pinned} but zero_stage={chosen} was given; "
+            f"drop zero_stage= or use strategy=dp zero_stage={chosen}"
+        )
+    stage = int(next(s for s in (pinned, chosen, strategy.default_zero_stage) if s is not None))
+    _one_of("zero_stage", stage, ZERO_STAGES)
+    return stage
+
+
+def validate(cfg: Any) -> Layout:
+    """Check a composed config; return its Layout or raise ConfigError (one line, numbers in it)."""
+    model, strategy, batch, workload = cfg.model, cfg.strategy, cfg.batch, cfg.workload
+    _one_of("workload", workload.name, WORKLOADS)
+    _one_of("strategy.engine", strategy.engine, ENGINES)
+    _one_of("workload.dtype", workload.dtype, DTYPES)
+    _one_of("model.family", model.family, MODEL_FAMILIES)
+    _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
+    _one_of("strategy.offload_optimizer", strategy.offload_optimizer, OFFLOAD_DEVICES)
+    _one_of("strategy.offload_param", strategy.offload_param, OFFLOAD_DEVICES)
+
+    dp, tp, pp = resolve_degrees(cfg.world_size, strategy.dp, strategy.tp, strategy.pp)
+    zero_stage = resolve_zero_stage(strategy, cfg.zero_stage)
+
+    for what in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "vocab_size"):
+        _positive(f"model.{what}", getattr(model, what))
+    if model.hidden_size % model.num_heads:
+        raise ConfigError(
+            f"model.hidden_size({model.hidden_size}) is not divisible by "
+            f"model.num_heads({model.num_heads})"
+        )
+    if model.num_heads % model.num_kv_heads:
+        raise ConfigError(
+            f"model.num_heads({model.num_heads}) is not divisible by "
+            f"model.num_kv_heads({model.num_kv_heads})"
+        )
+    for heads in ("num_heads", "num_kv_heads"):
+        if getattr(model, heads) % tp:
+            raise ConfigError(
+                f"model.{heads}({getattr(model, heads)}) is not divisible by tp({tp}); "
+                f"tensor parallelism splits whole heads"
+            )
+    if model.num_layers < pp:
+        raise ConfigError(
+            f"model.num_layers({model.num_layers}) < pp({pp}); every pipeline stage needs a layer"
+        )
+    if model.num_layers % pp:
+        raise ConfigError(
+            f"model.num_layers({model.num_layers}) is not divisible by pp({pp}); "
+            f"stages would be unbalanced"
+        )
+    if model.pretrained_path is not None and not Path(model.pretrained_path).is_dir():
+        raise ConfigError(f"model.pretrained_path={model.pretrained_path!r} is not a directory")
+
+    _positive("batch.micro_batch_size", batch.micro_batch_size)
+    _positive("batch.grad_accum_steps", batch.grad_accum_steps)
+    _positive("batch.seq_len", batch.seq_len)
+    if batch.seq_len > model.max_position_embeddings:
+        raise ConfigError(
+            f"batch.seq_len({batch.seq_len}) > model.max_position_embeddings"
+            f"({model.max_position_embeddings})"
+        )
+    _positive("workload.num_steps", workload.num_steps)
+    if workload.num_warmup_steps < 0:
+        raise ConfigError(f"workload.num_warmup_steps={workload.num_warmup_steps} must be >= 0")
+
+    if pp > 1 and zero_stage > MAX_ZERO_STAGE_WITH_PIPELINE:
+        raise ConfigError(
+            f"pipeline parallelism (pp={pp}) runs with zero_stage 0 or 1 only, "
+            f"got zero_stage={zero_stage} (DeepSpeed's PipelineEngine does not shard gradients)"
+        )
+    if pp > 1 and tp > 1:
+        raise ConfigError(
+            f"tp({tp}) with pp({pp}) is not supported by the deepspeed engine here; "
+            "use tp or pp alone with dp"
+        )
+    if strategy.offload_optimizer != "none" and zero_stage == 0:
+        raise ConfigError("strategy.offload_optimizer needs zero_stage >= 1, got zero_stage=0")
+    if strategy.offload_param != "none" and zero_stage != 3:
+        raise ConfigError(f"strategy.offload_param needs zero_stage=3, got zero_stage={zero_stage}")
+    if cfg.hardware.device == "cpu" and workload.dtype == "fp16":
+        raise ConfigError("workload.dtype='fp16' does not train on CPU; use fp32 or bf16")
+    _positive("limits.timeout_s", cfg.limits.timeout_s)
+    nproc = cfg.nproc_per_node or cfg.world_size
+    if cfg.world_size % nproc:
+        raise ConfigError(
+            f"world_size({cfg.world_size}) is not divisible by nproc_per_node({nproc})"
+        )
+    return Layout(world_size=cfg.world_size, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage)

@@ -1,0 +1,1 @@
+"""Strategy families: each turns a config into a wrapped model (see deepspeed.py)."""

@@ -1,0 +1,80 @@
+"""The DeepSpeed engine for every deepspeed strategy: dp, ZeRO-1/2/3 (+ offload), AutoTP, pipeline.
+
+`ds_config()` is pure: resolved config + layout → DeepSpeed's config dict. `initialize()` wraps
+the model, in this order: pipeline split (pp > 1, strategies/pipeline.py) → DeepSpeed engine
+(AutoTP sharding when tp > 1, then ZeRO partitioning of what is left, offload last).
+The optimizer is torch's AdamW (foreach off) handed to DeepSpeed, so no DeepSpeed Adam kernel
+has to be compiled; offload then needs `zero_force_ds_cpu_optimizer: false`.
+
+    python -m torch.distributed.run --nproc_per_node=2 -m distbench.worker RUN_DIR
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distbench.config import Layout
+
+
+def ds_config(cfg: Any, layout: Layout) -> dict[str, Any]:
+    """DeepSpeed's config dict for a resolved distbench config."""
+    zero = dict(cfg.zero_optimization or {})
+    zero["stage"] = layout.zero_stage
+    if cfg.strategy.offload_optimizer != "none":
+        zero["offload_optimizer"] = {"device": cfg.strategy.offload_optimizer, "pin_memory": False}
+    if cfg.strategy.offload_param != "none":
+        zero["offload_param"] = {"device": cfg.strategy.offload_param, "pin_memory": False}
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": cfg.batch.micro_batch_size,
+        "gradient_accumulation_steps": cfg.batch.grad_accum_steps,
+        "zero_optimization": zero,
+        "zero_force_ds_cpu_optimizer": False,
+        "gradient_clipping": 0.0,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+        "bf16": {"enabled": cfg.workload.dtype == "bf16"},
+        "fp16": {"enabled": cfg.workload.dtype == "fp16"},
+    }
+    if layout.tp > 1:
+        config["tensor_parallel"] = {"autotp_size": layout.tp}
+    return config
+
+
+@dataclass
+class Engine:
+    """A wrapped model and how to feed it: `dp_rank` picks this rank's slice of the batch."""
+
+    engine: Any
+    dp_rank: int
+    is_pipeline: bool
+
+
+def _data_parallel_rank(engine: Any, layout: Layout) -> int:
+    import torch.distributed as dist
+
+    if layout.pp > 1:
+        return engine.grid.get_data_parallel_rank()
+    if layout.tp > 1:
+        from deepspeed.utils import groups
+
+        return groups._get_data_parallel_rank()
+    return dist.get_rank()
+
+
+def initialize(model: Any, cfg: Any, layout: Layout) -> Engine:
+    """Wrap `model` for the layout; returns the DeepSpeed engine and this rank's dp index."""
+    import deepspeed
+    import torch
+
+    if layout.pp > 1:
+        from distbench.strategies.pipeline import to_pipeline_module
+
+        model = to_pipeline_module(model, num_stages=layout.pp)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.workload.lr, foreach=False)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=ds_config(cfg, layout)
+    )
+    return Engine(
+        engine=engine, dp_rank=_data_parallel_rank(engine, layout), is_pipeline=layout.pp > 1
+    )

@@ -1,0 +1,69 @@
+"""The end-of-sweep comparison table, built from each job's outcome.json (not from logs).
+
+python -m distbench.summary multirun/2026-11-22/10-00-00    # reprint a sweep's table
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+COLUMNS = (
+    # header, metric key, format
+    ("step p50 (s)", "step_time_s_p50", "{:.3f}"),
+    ("tokens/s", "throughput_tokens_per_s", "{:,.0f}"),
+    ("TFLOP/s/dev", "tflops_per_device", "{:.4f}"),
+    ("MFU %", "mfu_pct", "{:.2f}"),
+    ("peak mem (GiB)", "peak_mem_gib", "{:.2f}"),
+    ("$/1M tok", "cost_usd_per_1m_tokens", "{:.4f}"),
+)
+
+
+def load_outcomes(sweep_dir: Path) -> list[dict[str, Any]]:
+    """Every job's outcome in job order (Hydra names job dirs 0, 1, 2, ...)."""
+    paths = sorted(
+        sweep_dir.glob("*/outcome.json"), key=lambda p: (len(p.parent.name), p.parent.name)
+    )
+    return [json.loads(p.read_text()) for p in paths]
+
+
+def _cell(metrics: dict[str, float], key: str, fmt: str) -> str:
+    return fmt.format(metrics[key]) if key in metrics else "-"
+
+
+def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title)
+    for header in ("strategy", "world", "zero", "status", *(c[0] for c in COLUMNS)):
+        table.add_column(header, justify="left" if header in ("strategy", "status") else "right")
+    for o in outcomes:
+        ok = o["status"] == "FINISHED"
+        status = "[green]FINISHED[/green]" if ok else f"[red]FAILED[/red] {o.get('failure_kind')}"
+        metrics = o.get("metrics", {})
+        cells = [_cell(metrics, key, fmt) for _, key, fmt in COLUMNS]
+        table.add_row(o["strategy"], o["world_size"], o["zero_stage"], status, *cells)
+    return table
+
+
+def print_summary(
+    outcomes: list[dict[str, Any]], title: str, mlflow_url: str | None = None
+) -> None:
+    console = Console(width=max(Console().width, 140))
+    console.print(summary_table(outcomes, title))
+    for o in outcomes:
+        if o["status"] != "FINISHED":
+            console.print(
+                f"  {o['job']} {o['strategy']} ws={o['world_size']}: "
+                f"{o.get('failure_kind')}: {o.get('failure_reason')}",
+                highlight=False,
+            )
+    if mlflow_url:
+        console.print(f"MLflow runs: {mlflow_url}   (open it with: distbench ui)", highlight=False)
+
+
+if __name__ == "__main__":
+    print_summary(load_outcomes(Path(sys.argv[1])), title=sys.argv[1])

@@ -1,0 +1,1 @@
+"""Workloads a worker rank runs (train for now)."""

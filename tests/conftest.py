@@ -1,0 +1,49 @@
+"""Shared fixtures: compose configs exactly as run.py does (Hydra compose API), and GPU skips.
+
+pytest -m unit          # fast layer only
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+from distbench.config import register_configs
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+CONF_DIR = PROJECT_DIR / "conf"
+os.environ.setdefault("DISTBENCH_HOME", str(PROJECT_DIR))  # as run.py: experiments/ on the path
+register_configs()
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    """The job config that `python run.py <overrides>` would get (hydra node removed)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides or [], return_hydra_config=False)
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    return cfg
+
+
+def config_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def has_cuda_devices(count: int = 1) -> bool:
+    if not shutil.which("nvidia-smi"):
+        return False
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() >= count
+
+
+def requires_gpus(count: int = 1):
+    """Skip with a reason where fewer than `count` CUDA devices are present."""
+    return pytest.mark.skipif(
+        not has_cuda_devices(count), reason=f"needs {count} CUDA device(s); none found here"
+    )

@@ -1,0 +1,139 @@
+"""Real sweeps through run.py into a real sqlite MLflow store, read back with mlflow itself.
+
+pytest tests/e2e -m e2e
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import mlflow
+import pytest
+
+from tests.conftest import PROJECT_DIR
+
+pytestmark = pytest.mark.e2e
+
+FEW_STEPS = ["model=tiny", "workload.num_warmup_steps=1", "workload.num_steps=2"]
+METRICS = [
+    "step_time_s_mean",
+    "step_time_s_p50",
+    "step_time_s_p90",
+    "throughput_tokens_per_s",
+    "tflops_per_device",
+    "tflops_total",
+    "mfu_pct",
+    "peak_mem_gib",
+    "peak_mem_gib_rank0",
+    "peak_mem_gib_rank1",
+    "cost_usd_per_1m_tokens",
+    "loss_first",
+    "loss_last",
+]
+TAGS = [
+    "strategy",
+    "world_size",
+    "model",
+    "zero_stage",
+    "batch",
+    "workload",
+    "hardware",
+    "git_sha",
+    "torch_version",
+    "deepspeed_version",
+    "transformers_version",
+]
+
+
+def run_py(args: list[str], tmp_path, timeout_s: float = 1200) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    return subprocess.run(
+        [sys.executable, str(PROJECT_DIR / "run.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def runs_of(tmp_path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    try:
+        return mlflow.search_runs(experiment_names=["distbench"])
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
+def test_the_readme_sweep_lands_one_parent_and_six_finished_children(tmp_path):
+    proc = run_py(
+        [
+            "-m",
+            "strategy=dp,tp,zero3",
+            "world_size=2,4",
+            *FEW_STEPS,
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = runs_of(tmp_path)
+    parents = runs[runs["tags.mlflow.parentRunId"].isna()]
+    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    assert len(parents) == 1 and parents.iloc[0]["status"] == "FINISHED"
+    assert len(children) == 6
+    assert set(children["tags.mlflow.parentRunId"]) == {parents.iloc[0]["run_id"]}
+    assert list(children["status"].unique()) == ["FINISHED"]
+    grid = set(zip(children["tags.strategy"], children["tags.world_size"], strict=True))
+    assert grid == {(s, w) for s in ("dp", "tp", "zero3") for w in ("2", "4")}
+    for metric in METRICS:
+        assert children[f"metrics.{metric}"].notna().all(), metric
+        assert (children[f"metrics.{metric}"] > 0).all(), metric
+    for tag in TAGS:
+        assert children[f"tags.{tag}"].notna().all(), tag
+    four = children[children["tags.world_size"] == "4"]
+    assert four["metrics.peak_mem_gib_rank3"].notna().all()
+    assert set(children["tags.zero_stage"]) == {"0", "3"}
+    assert (children["params.strategy.name"] == children["tags.strategy"]).all()
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    artifacts = {a.path for a in client.list_artifacts(children.iloc[0]["run_id"])}
+    assert {"resolved.yaml", "result.json", "workers.stderr.log"} <= artifacts
+    assert "#/experiments/" in proc.stdout and "/runs" in proc.stdout
+    assert "job 6/6" in proc.stdout
+
+
+def test_an_impossible_job_is_a_failed_run_and_the_sweep_goes_on(tmp_path):
+    proc = run_py(
+        [
+            "-m",
+            "strategy=tp",
+            "strategy.tp=3,2",
+            "world_size=2",
+            *FEW_STEPS,
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
+    assert sorted(children["status"]) == ["FAILED", "FINISHED"]
+    failed = children[children["status"] == "FAILED"].iloc[0]
+    assert failed["tags.failure_kind"] == "invalid_config"
+    assert "dp(" in failed["tags.failure_reason"] or "tp(3)" in failed["tags.failure_reason"]
+    assert failed["params.strategy.tp"] == "3"
+
+
+def test_a_single_invalid_run_exits_nonzero_with_one_line_and_no_traceback(tmp_path):
+    start = time.monotonic()
+    proc = run_py(["strategy=tp", "world_size=3", "model=tiny"], tmp_path, timeout_s=60)
+    assert time.monotonic() - start < 15
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        "distbench: invalid config: world_size(3) is not divisible by tp(2) * pp(1); "
+        "use a world_size that is a multiple of 2"
+    ]
+    assert not (tmp_path / "mlflow.db").exists()  # nothing was started

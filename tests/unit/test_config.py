@@ -1,0 +1,117 @@
+"""Every config option composes and validates; bad input is refused with the numbers in it."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from distbench.config import ConfigError, validate
+from tests.conftest import CONF_DIR, compose_config, config_options
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "group", ["model", "strategy", "batch", "workload", "hardware", "tracking"]
+)
+def test_every_option_of_every_group_composes(group):
+    options = config_options(group)
+    assert options, f"conf/{group}/ has no options"
+    for option in options:
+        cfg = compose_config([f"{group}={option}"])
+        OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+
+
+@pytest.mark.parametrize("strategy", config_options("strategy"))
+def test_every_strategy_validates_on_its_smallest_world(strategy):
+    cfg = compose_config([f"strategy={strategy}"])
+    layout = validate(cfg)
+    assert layout.dp * layout.tp * layout.pp == cfg.world_size == 2
+
+
+@pytest.mark.parametrize("model", ["gpt2_124m", "llama_1b", "llama3_8b", "llama2_13b"])
+def test_big_models_validate_on_gpus(model):
+    layout = validate(
+        compose_config(
+            [
+                f"model={model}",
+                "strategy=zero3",
+                "world_size=8",
+                "hardware=h100_sxm",
+                "batch=medium",
+            ]
+        )
+    )
+    assert (layout.dp, layout.zero_stage) == (8, 3)
+
+
+def test_experiments_compose():
+    experiments = sorted((CONF_DIR.parent / "experiments").glob("*.yaml"))
+    assert experiments
+    for path in experiments:
+        cfg = compose_config([f"experiments={path.stem}"])
+        validate(cfg)
+
+
+def test_default_is_tiny_dp_on_two_ranks():
+    cfg = compose_config()
+    layout = validate(cfg)
+    assert (cfg.model.name, cfg.strategy.name, layout.world_size, layout.dp, layout.zero_stage) == (
+        "tiny",
+        "dp",
+        2,
+        2,
+        0,
+    )
+
+
+def test_rest_of_ranks_goes_to_dp():
+    layout = validate(compose_config(["strategy=tp", "world_size=4"]))
+    assert (layout.dp, layout.tp, layout.pp) == (2, 2, 1)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_stage_group_sets_stage_under_dp(stage):
+    cfg = compose_config(["strategy=dp", f"zero_stage={stage}"])
+    assert validate(cfg).zero_stage == stage
+
+
+def test_strategy_pins_its_stage():
+    assert validate(compose_config(["strategy=zero3"])).zero_stage == 3
+    assert validate(compose_config(["strategy=zero3", "zero_stage=3"])).zero_stage == 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["strategy=tp", "world_size=3"], "world_size(3) is not divisible by tp(2) * pp(1)"),
+        (
+            ["strategy=dp", "strategy.dp=3", "world_size=4"],
+            "dp(3) * tp(1) * pp(1) != world_size(4)",
+        ),
+        (["strategy=zero3", "zero_stage=1"], "strategy=zero3 pins zero_stage=3 but zero_stage=1"),
+        (["strategy=pp", "zero_stage=2"], "runs with zero_stage 0 or 1 only, got zero_stage=2"),
+        (
+            ["strategy=tp", "strategy.tp=8", "world_size=8"],
+            "model.num_kv_heads(4) is not divisible by tp(8)",
+        ),
+        (["strategy=pp", "strategy.pp=8", "world_size=8"], "model.num_layers(4) < pp(8)"),
+        (
+            ["strategy=pp", "strategy.pp=3", "world_size=3"],
+            "model.num_layers(4) is not divisible by pp(3)",
+        ),
+        (["batch.seq_len=4096"], "batch.seq_len(4096) > model.max_position_embeddings(1024)"),
+        (["batch.micro_batch_size=0"], "batch.micro_batch_size=0 must be >= 1"),
+        (["world_size=0"], "world_size=0 must be >= 1"),
+        (["strategy.engine=megatron"], "strategy.engine='megatron' is not allowed"),
+        (["workload.dtype=fp8"], "workload.dtype='fp8' is not allowed"),
+        (["hardware=cpu", "workload.dtype=fp16"], "workload.dtype='fp16' does not train on CPU"),
+        (["model.pretrained_path=/no/such/dir"], "model.pretrained_path='/no/such/dir'"),
+        (["strategy=dp", "strategy.offload_param=cpu"], "offload_param needs zero_stage=3"),
+    ],
+)
+def test_refusals_name_the_bad_value(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        validate(compose_config(overrides))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)

@@ -1,0 +1,81 @@
+"""Runs written to a real sqlite MLflow store and read back with MLflow's own client."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from distbench.tracking import (
+    count_sweep_jobs,
+    ensure_experiment,
+    flatten,
+    log_child_run,
+    resolve_tracking_uri,
+    ui_url,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_flatten_uses_dotted_keys():
+    assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": [1, 2]}) == {
+        "a.b": "1",
+        "a.c.d": "None",
+        "e": "[1, 2]",
+    }
+
+
+def test_tracking_uri_precedence(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DISTBENCH_TRACKING_URI", raising=False)
+    sqlite = SimpleNamespace(backend="sqlite", uri=None)
+    assert resolve_tracking_uri(sqlite, tmp_path) == f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert resolve_tracking_uri(sqlite, tmp_path) == "http://127.0.0.1:5999"
+    assert resolve_tracking_uri(SimpleNamespace(backend="none", uri=None), tmp_path) is None
+
+
+def test_ui_url_opens_the_runs_table():
+    assert ui_url("sqlite:///x.db", "3", 5000) == "http://127.0.0.1:5000/#/experiments/3/runs"
+    assert ui_url("http://mlflow:80/", "3", 5000) == "http://mlflow:80/#/experiments/3/runs"
+
+
+def test_sweep_job_count_is_the_grid_product():
+    assert count_sweep_jobs(["strategy=dp,tp,zero3", "world_size=2,4"], {}) == 6
+    assert count_sweep_jobs(["model=tiny"], {"strategy": "dp,tp", "world_size": "2,4"}) == 4
+    assert count_sweep_jobs(["world_size=2"], {"world_size": "2,4"}) == 1
+
+
+def test_child_run_lands_with_params_metrics_tags_artifacts(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    experiment_id = ensure_experiment(uri, "t")
+    assert ensure_experiment(uri, "t") == experiment_id
+    client = MlflowClient(uri)
+    parent = client.create_run(experiment_id).info.run_id
+    artifact = tmp_path / "result.json"
+    artifact.write_text("{}")
+    params = {f"p{i}": str(i) for i in range(150)}  # more than one log_batch
+    run_id = log_child_run(
+        uri,
+        experiment_id,
+        "dp-ws2",
+        params,
+        {"step_time_s_p50": 0.5},
+        {"strategy": "dp"},
+        [artifact, tmp_path / "absent.log"],
+        failed=False,
+        parent_run_id=parent,
+    )
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == params
+    assert run.data.metrics == {"step_time_s_p50": 0.5}
+    assert run.data.tags["strategy"] == "dp"
+    assert run.data.tags["mlflow.parentRunId"] == parent
+    assert [a.path for a in client.list_artifacts(run_id)] == ["result.json"]
+    failed = log_child_run(
+        uri, experiment_id, "x", {}, {}, {"failure_kind": "oom"}, [], failed=True
+    )
+    assert client.get_run(failed).info.status == "FAILED"
