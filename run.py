@@ -41,7 +41,7 @@ def main(cfg: DictConfig) -> None:
     outcome = run_job(cfg, job_dir, PROJECT_DIR / "conf", PROJECT_DIR)
     if single_run:
         print_summary([outcome], title=f"distbench run {job_dir}")
-        if outcome["status"] != "FINISHED":
+        if outcome["status"] == "FAILED":
             sys.exit(1)
 
 

@@ -17,13 +17,19 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from distbench.comm_metrics import COLLECTIVES
+from distbench.gemm_metrics import SHARDINGS
+from distbench.workloads import WORKLOAD_MODULES
+
 ENGINES = ("deepspeed",)
-WORKLOADS = ("train",)
 DTYPES = ("fp32", "bf16", "fp16")
 MODEL_FAMILIES = ("llama", "gpt2")
 TRACKING_BACKENDS = ("sqlite", "server", "none")
 OFFLOAD_DEVICES = ("none", "cpu")
 ZERO_STAGES = (0, 1, 2, 3)
+# Plain torch.distributed workloads: no model, no strategy; every rank is one data shard.
+RAW_WORKLOADS = ("gemm", "collectives")
+GEMM_MODES = ("sharded", "single")
 # DeepSpeed's PipelineEngine refuses ZeRO-2/3: gradients must stay whole per stage.
 MAX_ZERO_STAGE_WITH_PIPELINE = 1
 
@@ -98,6 +104,9 @@ class HardwareConfig:
     mem_gib: float | None = None
     interconnect_gbps: float | None = None
     price_usd_per_hour: float = 0.0
+    # catalog: the figures above (CPU: the cpuinfo estimate); measured: a timed GEMM on this
+    # machine, cached (distbench.calibrate).
+    peak_source: str = "catalog"
 
 
 @dataclass
@@ -111,7 +120,54 @@ class TrackingConfig:
 
 @dataclass
 class LimitsConfig:
-    timeout_s: float = 900.0  # wall clock for one job's worker group
+    """When a job is stopped, and why (the failure kind it gets)."""
+
+    timeout_s: float = 1800.0  # wall clock for one job's worker group → timeout
+    # Until every rank's first heartbeat (imports, process group, a first DeepSpeed op compile).
+    startup_timeout_s: float = 600.0
+    stall_timeout_s: float = 300.0  # a rank whose heartbeat is older than this → timeout
+    max_mem_gib: float | None = None  # per-rank resident memory cap → oom (None: no cap)
+
+
+FAULT_KINDS = ("none", "kill", "stall", "alloc", "raise")
+
+
+@dataclass
+class FaultConfig:
+    """A fault injected on purpose into one rank, to test distbench itself (tests, benchmarks)."""
+
+    kind: str = "none"  # none | kill (SIGKILL) | stall (sleeps) | alloc (alloc_gib) | raise
+    rank: int = 0
+    at_step: int = 1  # 0-based training step at whose start the fault happens
+    alloc_gib: float = 2.0
+
+
+@dataclass
+class GemmConfig:
+    """workload=gemm: C[m, n] = A[m, k] @ B[k, n] over the ranks (distbench.gemm_metrics)."""
+
+    mode: str = "sharded"  # sharded | single (world_size=1: what fits, what sharding needs)
+    sharding: str = "rows"  # rows (A by rows) | cols (B by columns) | k (inner dim + all_reduce)
+    m: int = 2048
+    k: int = 2048
+    n: int = 2048
+    dtype: str = "fp32"  # fp32 | bf16 | fp16
+    check_max_dim: int = 256  # the correctness check runs each dimension capped at this
+    plan_world_size: int = 8  # mode=single: memory per rank reported for this many ranks
+    mem_cap_gib: float | None = None  # caps the device memory mode=single plans with
+
+
+@dataclass
+class CollectivesConfig:
+    """workload=collectives: nccl-tests' sweep; sizes min_bytes * factor^i up to max_bytes."""
+
+    ops: list[str] = field(default_factory=lambda: list(COLLECTIVES))
+    min_bytes: int = 1024
+    max_bytes: int | None = None  # None: 4 MiB on CPU, 256 MiB on GPU
+    factor: int = 2
+    dtype: str = "fp32"
+    # Collectives to run as their standard equivalent even where the backend has them.
+    emulate: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -127,8 +183,14 @@ class Config:
     hardware: HardwareConfig = MISSING
     tracking: TrackingConfig = MISSING
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    gemm: GemmConfig = field(default_factory=GemmConfig)
+    collectives: CollectivesConfig = field(default_factory=CollectivesConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
     world_size: int = 2
     nproc_per_node: int | None = None  # None: all ranks on this node
+    # Skip jobs whose signature already has a FINISHED run (FAILED ones too, unless retry_failed).
+    resume: bool = False
+    retry_failed: bool = False
 
 
 def register_configs() -> None:
@@ -207,14 +269,30 @@ def resolve_zero_stage(strategy: Any, chosen: int | None) -> int:
     return stage
 
 
+def validate_limits(cfg: Any) -> None:
+    """limits.* and fault.*: positive times, a positive memory cap, a fault on an existing rank."""
+    limits, fault = cfg.limits, cfg.fault
+    for what in ("timeout_s", "startup_timeout_s", "stall_timeout_s"):
+        if getattr(limits, what) <= 0:
+            raise ConfigError(f"limits.{what}={getattr(limits, what)} must be > 0")
+    if limits.max_mem_gib is not None and limits.max_mem_gib <= 0:
+        raise ConfigError(f"limits.max_mem_gib={limits.max_mem_gib} must be > 0 (or null)")
+    _one_of("fault.kind", fault.kind, FAULT_KINDS)
+    if fault.kind != "none" and not 0 <= fault.rank < cfg.world_size:
+        raise ConfigError(f"fault.rank={fault.rank} is not a rank of world_size({cfg.world_size})")
+
+
 def validate(cfg: Any) -> Layout:
     """Check a composed config; return its Layout or raise ConfigError (one line, numbers in it)."""
     model, strategy, batch, workload = cfg.model, cfg.strategy, cfg.batch, cfg.workload
-    _one_of("workload", workload.name, WORKLOADS)
+    _one_of("workload", workload.name, tuple(WORKLOAD_MODULES))
+    if workload.name in RAW_WORKLOADS:
+        return validate_raw(cfg)
     _one_of("strategy.engine", strategy.engine, ENGINES)
     _one_of("workload.dtype", workload.dtype, DTYPES)
     _one_of("model.family", model.family, MODEL_FAMILIES)
     _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
+    _one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
     _one_of("strategy.offload_optimizer", strategy.offload_optimizer, OFFLOAD_DEVICES)
     _one_of("strategy.offload_param", strategy.offload_param, OFFLOAD_DEVICES)
 
@@ -279,10 +357,56 @@ def validate(cfg: Any) -> Layout:
         raise ConfigError(f"strategy.offload_param needs zero_stage=3, got zero_stage={zero_stage}")
     if cfg.hardware.device == "cpu" and workload.dtype == "fp16":
         raise ConfigError("workload.dtype='fp16' does not train on CPU; use fp32 or bf16")
-    _positive("limits.timeout_s", cfg.limits.timeout_s)
+    validate_limits(cfg)
     nproc = cfg.nproc_per_node or cfg.world_size
     if cfg.world_size % nproc:
         raise ConfigError(
             f"world_size({cfg.world_size}) is not divisible by nproc_per_node({nproc})"
         )
     return Layout(world_size=cfg.world_size, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage)
+
+
+def validate_raw(cfg: Any) -> Layout:
+    """Checks of workload=gemm / collectives: no strategy or model checks apply; the layout is
+    one data-parallel group of all ranks."""
+    workload, ws = cfg.workload, cfg.world_size
+    _positive("world_size", ws)
+    _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
+    _one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
+    _positive("workload.num_steps", workload.num_steps)
+    if workload.num_warmup_steps < 0:
+        raise ConfigError(f"workload.num_warmup_steps={workload.num_warmup_steps} must be >= 0")
+    validate_limits(cfg)
+    nproc = cfg.nproc_per_node or ws
+    if ws % nproc:
+        raise ConfigError(f"world_size({ws}) is not divisible by nproc_per_node({nproc})")
+    if workload.name == "gemm":
+        g = cfg.gemm
+        _one_of("gemm.mode", g.mode, GEMM_MODES)
+        _one_of("gemm.sharding", g.sharding, SHARDINGS)
+        _one_of("gemm.dtype", g.dtype, DTYPES)
+        for what in ("m", "k", "n", "check_max_dim", "plan_world_size"):
+            _positive(f"gemm.{what}", getattr(g, what))
+        if g.mode == "single" and ws != 1:
+            raise ConfigError(f"gemm.mode=single runs on one device, got world_size={ws}")
+        dim = {"rows": "m", "cols": "n", "k": "k"}[g.sharding]
+        if getattr(g, dim) % ws:
+            raise ConfigError(
+                f"gemm.{dim}({getattr(g, dim)}) is not divisible by world_size({ws}); "
+                f"gemm.sharding={g.sharding} splits {dim} across ranks"
+            )
+    else:
+        c = cfg.collectives
+        for op in c.ops:
+            _one_of("collectives.ops", op, COLLECTIVES)
+        for op in c.emulate:
+            _one_of("collectives.emulate", op, ("all_gather", "reduce_scatter", "all_to_all"))
+        _one_of("collectives.dtype", c.dtype, DTYPES)
+        _positive("collectives.min_bytes", c.min_bytes)
+        if c.max_bytes is not None and c.max_bytes < c.min_bytes:
+            raise ConfigError(
+                f"collectives.max_bytes({c.max_bytes}) < collectives.min_bytes({c.min_bytes})"
+            )
+        if c.factor < 2:
+            raise ConfigError(f"collectives.factor={c.factor} must be >= 2 (sizes must grow)")
+    return Layout(world_size=ws, dp=ws, tp=1, pp=1, zero_stage=0)

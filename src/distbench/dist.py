@@ -75,6 +75,13 @@ def peak_memory_bytes(device: str) -> int:
     return _proc_status_bytes("VmHWM")
 
 
+def heartbeat(run_dir: Path, rank: int, step: int) -> None:
+    """Tell the orchestrator this rank is alive and at `step` (it watches the file's mtime)."""
+    beats = run_dir / "heartbeat"
+    beats.mkdir(exist_ok=True)
+    (beats / f"rank{rank}").write_text(str(step))
+
+
 def gather_objects(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order, on every rank."""
     import torch.distributed as dist

@@ -2,13 +2,14 @@
 
 The worker group runs in its own session (process group), so on timeout or after exit every
 rank is killed with one signal and none outlives its job. Failure kinds are public (users
-filter runs on them): invalid_config, oom, timeout, crash.
+filter runs on them): invalid_config, oom, timeout, crash, collective_error, nccl_error.
 
     python -c "from distbench.launch import worker_command; print(worker_command('d', 2, 29500))"
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,9 +22,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-FAILURE_KINDS = ("invalid_config", "oom", "timeout", "crash")
+FAILURE_KINDS = ("invalid_config", "oom", "timeout", "crash", "collective_error", "nccl_error")
 OOM_TYPES = ("OutOfMemoryError", "MemoryError")
-OOM_PATTERNS = ("CUDA out of memory", "out of memory", "std::bad_alloc")
+OOM_PATTERNS = ("CUDA out of memory", "out of memory", "std::bad_alloc", "can't allocate memory")
+# What a rank raises when a peer is gone or a collective broke (the peer is the root cause).
+COLLECTIVE_PATTERNS = (
+    "NCCL",
+    "gloo",
+    "Gloo",
+    "Connection closed by peer",
+    "Connection reset",
+    "DistBackendError",
+    "DistNetworkError",
+    "ProcessGroup",
+)
 STDERR_TAIL_LINES = 30
 POLL_S = 0.5
 
@@ -34,7 +46,7 @@ class LaunchOutcome:
 
     ok: bool
     returncode: int | None
-    wall_time_s: float
+    wall_time_s: float  # from launch to the last rank's exit
     failure_kind: str | None = None
     failure_reason: str | None = None
     stderr_tail: str = ""
@@ -73,8 +85,11 @@ def worker_env(device: str, nproc_per_node: int, num_cores: int) -> dict[str, st
     env.setdefault("OMP_NUM_THREADS", str(max(1, num_cores // nproc_per_node)))
     env["DS_ACCELERATOR"] = "cuda" if device == "cuda" else "cpu"
     env["LOCAL_SIZE"] = str(nproc_per_node)
+    # One cache per Python environment: builds from two venvs would overwrite each other's.
+    venv = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
     env.setdefault(
-        "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "distbench" / "torch_extensions")
+        "TORCH_EXTENSIONS_DIR",
+        str(Path.home() / ".cache" / "distbench" / f"torch_extensions-{venv}"),
     )
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -106,35 +121,73 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             time.sleep(0.1)
 
 
+def oom_kill_count() -> int | None:
+    """The kernel's count of processes killed by the OOM killer (/proc/vmstat oom_kill, which
+    also counts cgroup OOM kills); None where it cannot be read."""
+    try:
+        match = re.search(r"^oom_kill (\d+)$", Path("/proc/vmstat").read_text(), re.M)
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def signalled_ranks(stderr_tail: str) -> list[tuple[int, int]]:
+    """(rank, signal number) of each rank torchrun's failure report says died by a signal,
+    the root cause first; ranks torchrun itself stopped with SIGTERM come last."""
+    report = stderr_tail[stderr_tail.rfind("Failures:") :] if "Failures:" in stderr_tail else ""
+    root = report.split("Root Cause", 1)[-1] if "Root Cause" in report else ""
+    found = []
+    for block in (root, report):
+        for rank, code in re.findall(r"\brank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", block, re.S):
+            if int(code) < 0 and (int(rank), -int(code)) not in found:
+                found.append((int(rank), -int(code)))
+    return sorted(found, key=lambda rs: rs[1] == signal.SIGTERM)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _is_collective(err: dict) -> bool:
+    return any(p in f"{err['type']} {err['message']}" for p in COLLECTIVE_PATTERNS)
+
+
 def classify_failure(
-    returncode: int | None, timed_out: bool, timeout_s: float, errors: list[dict], stderr_tail: str
+    returncode: int | None,
+    errors: list[dict],
+    stderr_tail: str,
+    oom_killed: bool = False,
 ) -> tuple[str, str]:
-    """(failure_kind, one-line reason) from the structured error files first, then torchrun's
-    exit report. A rank killed by SIGKILL with no Python error is the OS out-of-memory killer's
-    signature (the kernel sends SIGKILL); we say "likely" because only dmesg could prove it."""
-    if timed_out:
-        return "timeout", f"no result within limits.timeout_s={timeout_s:g}; all ranks killed"
+    """(failure_kind, one-line reason) of a worker group that exited without a result.
+
+    Root cause first: an out-of-memory error on any rank; a rank killed by a signal (oom when
+    the kernel's OOM-kill counter moved during the job, else crash); a rank's own Python error;
+    and only then the collective errors its peers raised because it was gone."""
     for err in sorted(errors, key=lambda e: e.get("rank", 0)):
         if err["type"] in OOM_TYPES or any(p in err["message"] for p in OOM_PATTERNS):
             return "oom", f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
+    signalled = signalled_ranks(stderr_tail)
+    if signalled and signalled[0][1] != signal.SIGTERM:
+        rank, signum = signalled[0]
+        if signum == signal.SIGKILL and oom_killed:
+            return "oom", f"rank {rank} killed by SIGKILL from the kernel's out-of-memory killer"
+        return "crash", f"rank {rank} killed by {_signal_name(signum)}"
+    own = [e for e in errors if not _is_collective(e)]
+    if own:
+        err = min(own, key=lambda e: e.get("rank", 0))
+        return "crash", f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
     if errors:
         err = min(errors, key=lambda e: e.get("rank", 0))
-        return "crash", f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
-    # torchrun's report names the first failing rank under "Root Cause"; the others it killed.
-    report = stderr_tail.split("Root Cause", 1)[-1]
-    signal_match = re.search(r"exitcode\s*:\s*-(\d+)", report)
-    rank_match = re.search(r"\brank\s*:\s*(\d+)", report)
-    where = f"rank {rank_match.group(1)}" if rank_match else "a rank"
-    if signal_match:
-        signum = int(signal_match.group(1))
-        name = (
-            signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else signum
-        )
-        if signum == signal.SIGKILL:
-            return "oom", f"{where} killed by {name} (likely the OS out-of-memory killer)"
-        return "crash", f"{where} killed by signal {name}"
+        kind = "nccl_error" if "NCCL" in err["message"] + err["type"] else "collective_error"
+        return kind, f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
+    if signalled:
+        rank, signum = signalled[0]
+        return "crash", f"rank {rank} killed by {_signal_name(signum)}"
     if any(p in stderr_tail for p in OOM_PATTERNS):
-        return "oom", f"{where}: out of memory"
+        return "oom", "out of memory (from the workers' stderr)"
     last = next((ln for ln in reversed(stderr_tail.splitlines()) if ln.strip()), "")
     return "crash", f"worker group exited with code {returncode}: {last.strip()[:300]}"
 
@@ -149,9 +202,13 @@ def run_workers(
     env: dict[str, str],
     timeout_s: float,
     on_poll: Callable[[], None] | None = None,
+    watchdog: Callable[[int], tuple[str, str] | None] | None = None,
 ) -> LaunchOutcome:
-    """Run the worker group to completion or timeout; stdout/stderr go to files in run_dir."""
+    """Run the worker group until it exits, times out, or `watchdog(pid)` reports a failure
+    (stall, memory cap); then kill whatever is left. stdout/stderr go to files in run_dir."""
     start = time.monotonic()
+    oom_kills_before = oom_kill_count()
+    stopped: tuple[str, str] | None = None
     with (
         (run_dir / "workers.stdout.log").open("wb") as out,
         (run_dir / "workers.stderr.log").open("wb") as err,
@@ -159,11 +216,13 @@ def run_workers(
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True
         )
-        timed_out = False
         try:
             while proc.poll() is None:
                 if time.monotonic() - start > timeout_s:
-                    timed_out = True
+                    stopped = ("timeout", f"no result within limits.timeout_s={timeout_s:g}")
+                elif watchdog is not None:
+                    stopped = watchdog(proc.pid)
+                if stopped:
                     break
                 if on_poll:
                     on_poll()
@@ -173,8 +232,15 @@ def run_workers(
             proc.wait()
     wall_time_s = time.monotonic() - start
     stderr_tail = _tail(run_dir / "workers.stderr.log")
-    if not timed_out and proc.returncode == 0 and (run_dir / "result.json").exists():
+    if stopped is None and proc.returncode == 0 and (run_dir / "result.json").exists():
         return LaunchOutcome(True, 0, wall_time_s, stderr_tail=stderr_tail)
-    errors = [json.loads(p.read_text()) for p in sorted(run_dir.glob("error.rank*.json"))]
-    kind, reason = classify_failure(proc.returncode, timed_out, timeout_s, errors, stderr_tail)
+    if stopped is not None:
+        kind, reason = stopped[0], f"{stopped[1]}; all ranks killed"
+    else:
+        errors = [json.loads(p.read_text()) for p in sorted(run_dir.glob("error.rank*.json"))]
+        oom_kills_after = oom_kill_count()
+        oom_killed = None not in (oom_kills_before, oom_kills_after) and (
+            oom_kills_after > oom_kills_before
+        )
+        kind, reason = classify_failure(proc.returncode, errors, stderr_tail, oom_killed)
     return LaunchOutcome(False, proc.returncode, wall_time_s, kind, reason, stderr_tail)

@@ -122,3 +122,26 @@ def train_metrics(
     for rank, peak in enumerate(peak_mem_bytes_per_rank):
         out[f"peak_mem_gib_rank{rank}"] = bytes_to_gib(peak)
     return out
+
+
+MAX_MFU_PCT = 100.0
+
+
+def check_mfu(mfu: float | None, peak_tflops_per_device: float | None = None) -> str | None:
+    """Why an MFU cannot be right, or None when it can. Above 100 % the device did more model
+    FLOP/s than its peak: the peak figure is wrong for this device or dtype (torchtitan #668),
+    or the FLOPs per token are overcounted. Such a value must be reported as an error, never
+    logged as a metric."""
+    if mfu is None:
+        return None
+    peak = (
+        "" if peak_tflops_per_device is None else f" of peak {peak_tflops_per_device:.4g} TFLOP/s"
+    )
+    if not np.isfinite(mfu) or mfu < 0:
+        return f"mfu_pct={mfu} is not a utilisation{peak}"
+    if mfu > MAX_MFU_PCT:
+        return (
+            f"mfu_pct={mfu:.1f} > {MAX_MFU_PCT:.0f}: the peak{peak} is below what was achieved; "
+            "fix conf/hardware or use hardware.peak_source=measured"
+        )
+    return None

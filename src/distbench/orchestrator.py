@@ -16,13 +16,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from distbench.config import ConfigError, Layout, resolve_zero_stage, validate
-from distbench.hardware import num_cpu_cores, resolve_hardware
+from distbench.config import ConfigError, resolve_zero_stage, validate
+from distbench.hardware import gpu_names, num_cpu_cores, resolve_hardware
 from distbench.launch import free_port, run_workers, worker_command, worker_env
-from distbench.metrics import tokens_per_step, train_flops_per_token, train_metrics
-from distbench.models import count_params
+from distbench.metrics import check_mfu
+from distbench.signature import run_signature
+from distbench.watchdog import Watchdog
 from distbench.worker import write_json_atomic
+from distbench.workloads import Measured, load
 
+SIGNATURE_TAG = "distbench.signature"
 ARTIFACTS = (
     "resolved.yaml",
     "result.json",
@@ -30,6 +33,7 @@ ARTIFACTS = (
     "progress.jsonl",
     "workers.stdout.log",
     "workers.stderr.log",
+    "stderr_tail.txt",
 )
 
 
@@ -40,50 +44,37 @@ def zero_block(conf_dir: Path, stage: int, extra: dict[str, Any]) -> dict[str, A
 
 
 def describe(cfg: DictConfig) -> dict[str, str]:
-    """The tags that name a job: what users filter and group runs by."""
+    """The tags that name a job: what users filter and group runs by. A raw torch.distributed
+    workload (gemm, collectives) has no strategy: its workload name stands in."""
+    raw = cfg.workload.name != "train"
     try:
-        zero_stage = str(resolve_zero_stage(cfg.strategy, cfg.zero_stage))
+        zero_stage = "none" if raw else str(resolve_zero_stage(cfg.strategy, cfg.zero_stage))
     except ConfigError:
         zero_stage = "invalid"
     return {
-        "strategy": cfg.strategy.name,
-        "engine": cfg.strategy.engine,
+        "strategy": cfg.workload.name if raw else cfg.strategy.name,
+        "engine": "torch.distributed" if raw else cfg.strategy.engine,
         "world_size": str(cfg.world_size),
         "zero_stage": zero_stage,
-        "model": cfg.model.name,
-        "batch": cfg.batch.name,
+        "model": "none" if raw else cfg.model.name,
+        "batch": "none" if raw else cfg.batch.name,
         "workload": cfg.workload.name,
         "dtype": cfg.workload.dtype,
         "hardware": cfg.hardware.name,
     }
 
 
-def derive_metrics(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> dict:
-    """result.json (raw timings, losses, memory) → the logged metrics with their units."""
-    num_warmup = result["num_warmup_steps"]
-    model, batch, hw = resolved["model"], resolved["batch"], resolved["hardware"]
-    params = count_params(OmegaConf.create(model))
-    flops = train_flops_per_token(
-        params["matmul"], model["num_layers"], model["hidden_size"], batch["seq_len"]
-    )
-    num_tokens = tokens_per_step(
-        batch["micro_batch_size"], batch["grad_accum_steps"], batch["seq_len"], layout.dp
-    )
-    metrics = train_metrics(
-        step_times_s=result["step_times_s"][num_warmup:],
-        losses=result["losses"],
-        peak_mem_bytes_per_rank=[r["peak_mem_bytes"] for r in result["ranks"]],
-        num_tokens_per_step=num_tokens,
-        flops_per_token=flops,
-        world_size=layout.world_size,
-        peak_tflops_per_device=hw.get(f"peak_tflops_{resolved['workload']['dtype']}"),
-        price_usd_per_device_hour=hw["price_usd_per_hour"],
-    )
-    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / 2**30
-    metrics["tokens_per_step"] = float(num_tokens)
-    metrics["model_flops_per_token"] = flops
-    metrics["num_params"] = float(params["total"])
-    return metrics
+def device_shortfall(device: str, nproc_per_node: int) -> str | None:
+    """Why this node cannot host the ranks (more CUDA ranks than visible GPUs), or None."""
+    if device != "cuda":
+        return None
+    num_gpus = len(gpu_names())
+    if nproc_per_node > num_gpus:
+        return (
+            f"nproc_per_node({nproc_per_node}) > the {num_gpus} CUDA device(s) visible here; "
+            "lower world_size or use more nodes"
+        )
+    return None
 
 
 def job_position() -> tuple[int | None, int | None]:
@@ -100,6 +91,48 @@ def job_position() -> tuple[int | None, int | None]:
     return hydra_cfg.job.num + 1, int(total) if total else None
 
 
+def run_name(cfg: DictConfig, zero_stage: str) -> str:
+    """A readable MLflow run name: dp-ws2, zero3-ws4, dp-z2-ws2 (a stage the strategy does not
+    imply is named), gemm-ws2 for raw workloads."""
+    if cfg.workload.name != "train":
+        return f"{cfg.workload.name}-ws{cfg.world_size}"
+    own = (
+        cfg.strategy.zero_stage
+        if cfg.strategy.zero_stage is not None
+        else (cfg.strategy.default_zero_stage)
+    )
+    stage = "" if zero_stage == str(own) else f"-z{zero_stage}"
+    return f"{cfg.strategy.name}{stage}-ws{cfg.world_size}"
+
+
+def previous_run(cfg: DictConfig, signature: str) -> tuple[str, str] | None:
+    """(status, run id) of the newest run with this signature, if the store has one."""
+    from distbench.mlflow_store import ensure_experiment, find_runs
+    from distbench.tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
+    if uri is None:
+        return None
+    experiment_id = ensure_experiment(uri, cfg.tracking.experiment_name)
+    runs = find_runs(uri, experiment_id, {SIGNATURE_TAG: signature})
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    newest = (finished or runs or [None])[0]
+    return None if newest is None else (newest.info.status, newest.info.run_id)
+
+
+def resume_decision(cfg: DictConfig, signature: str) -> str | None:
+    """Why this job is skipped under resume=true, or None to run it."""
+    previous = previous_run(cfg, signature) if cfg.resume else None
+    if previous is None:
+        return None
+    status, run_id = previous
+    if status == "FINISHED":
+        return f"already FINISHED as run {run_id} (signature {signature})"
+    if status == "FAILED" and not cfg.retry_failed:
+        return f"previous run {run_id} FAILED; retry_failed=true reruns it"
+    return None
+
+
 def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
     """Run one job end to end and return its outcome (also written to job_dir/outcome.json)."""
     from distbench.progress import JobProgress
@@ -109,20 +142,43 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     num, total = job_position()
     label = f"job {num}/{total or '?'}" if num else "job"
     tags = describe(cfg)
-    outcome: dict[str, Any] = {"job": label, "job_dir": str(job_dir), **tags}
+    signature = run_signature(OmegaConf.to_container(cfg, resolve=True))
+    outcome: dict[str, Any] = {
+        "job": label,
+        "job_dir": str(job_dir),
+        "signature": signature,
+        "run_name": run_name(cfg, tags["zero_stage"]),
+        **tags,
+    }
     title = (
         f"{label} strategy={tags['strategy']} world_size={tags['world_size']} "
         f"zero_stage={tags['zero_stage']} model={tags['model']}"
     )
     try:
+        skipped = resume_decision(cfg, signature)
+    except Exception as exc:  # an unreachable store must not stop the sweep: run the job
+        print(f"distbench: {label}: resume check failed ({type(exc).__name__}); running it")
+        skipped = None
+    if skipped:
+        print(f"distbench: {label} skipped: {skipped}", flush=True)
+        outcome.update(status="SKIPPED", skipped_reason=skipped)
+        write_json_atomic(job_dir / "outcome.json", outcome)
+        return outcome
+
+    def refuse(reason: str) -> dict[str, Any]:
+        print(f"distbench: {label}: invalid config: {reason}", flush=True)
+        outcome.update(status="FAILED", failure_kind="invalid_config", failure_reason=reason)
+        return _finish(cfg, outcome, Measured(metrics={}), job_dir, project_dir, started)
+
+    try:
         layout = validate(cfg)
     except ConfigError as exc:
-        print(f"distbench: {label}: invalid config: {exc}", flush=True)
-        outcome.update(status="FAILED", failure_kind="invalid_config", failure_reason=str(exc))
-        return _finish(cfg, outcome, {}, job_dir, project_dir, started)
+        return refuse(str(exc))
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["hardware"] = resolve_hardware(resolved["hardware"], conf_dir)
+    resolved["hardware"] = resolve_hardware(
+        resolved["hardware"], conf_dir, dtypes=[resolved["workload"]["dtype"]]
+    )
     resolved["zero_optimization"] = zero_block(
         conf_dir, layout.zero_stage, resolved["zero_optimization"]
     )
@@ -134,18 +190,38 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
 
     nproc = cfg.nproc_per_node or cfg.world_size
     device = resolved["hardware"]["device"]
+    shortfall = device_shortfall(device, nproc)
+    if shortfall:
+        return refuse(shortfall)
     cmd = worker_command(job_dir, nproc, free_port())
     env = worker_env(device, nproc, num_cpu_cores())
+    watchdog = Watchdog(job_dir, nproc, cfg.limits)
     total_steps = cfg.workload.num_warmup_steps + cfg.workload.num_steps
     with JobProgress(title, total_steps, job_dir / "progress.jsonl") as progress:
-        launched = run_workers(job_dir, cmd, env, cfg.limits.timeout_s, on_poll=progress.update)
+        launched = run_workers(
+            job_dir,
+            cmd,
+            env,
+            cfg.limits.timeout_s,
+            on_poll=progress.update,
+            watchdog=watchdog.check,
+        )
     outcome["wall_time_s"] = launched.wall_time_s
-    metrics: dict[str, float] = {}
+    measured = Measured(metrics={})
     if launched.ok:
         result = json.loads((job_dir / "result.json").read_text())
-        metrics = derive_metrics(resolved, layout, result)
+        measured = load(cfg.workload.name).measure(resolved, layout, result)
+        dtype = resolved["workload"]["dtype"]
+        mfu_error = check_mfu(
+            measured.metrics.get("mfu_pct"), resolved["hardware"].get(f"peak_tflops_{dtype}")
+        )
+        if mfu_error:  # a wrong peak, not a fast job: say so instead of logging the number
+            measured.metrics.pop("mfu_pct")
+            outcome["mfu_error"] = mfu_error
+            print(f"distbench: {label}: {mfu_error}")
         outcome.update(status="FINISHED", backend=result["backend"], layout=layout.as_dict())
-        tags["backend"] = result["backend"]
+        if result.get("emulated"):  # collectives the backend lacks ran as their equivalent
+            outcome["emulated"] = json.dumps(result["emulated"], sort_keys=True)
     else:
         outcome.update(
             status="FAILED",
@@ -153,59 +229,71 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
             failure_reason=launched.failure_reason,
             returncode=launched.returncode,
         )
+        (job_dir / "stderr_tail.txt").write_text(launched.stderr_tail)
         print(f"distbench: {label} failed ({launched.failure_kind}): {launched.failure_reason}")
-    outcome["metrics"] = metrics
-    return _finish(cfg, outcome, metrics, job_dir, project_dir, started, resolved)
+    outcome["metrics"] = measured.metrics
+    return _finish(cfg, outcome, measured, job_dir, project_dir, started, resolved)
 
 
 def _finish(
     cfg: DictConfig,
     outcome: dict[str, Any],
-    metrics: dict[str, float],
+    measured: Measured,
     job_dir: Path,
     project_dir: Path,
     started: float,
     resolved: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write outcome.json, then log the MLflow run; a tracking failure is reported, not raised."""
-    from distbench.tracking import (
-        PARENT_RUN_ENV,
-        ensure_experiment,
-        flatten,
-        log_child_run,
-        resolve_tracking_uri,
-        software_tags,
-    )
+    """Write outcome.json and spool the MLflow run, then log it; a tracking failure is reported
+    (the run stays spooled for `distbench sync`), never raised."""
+    from distbench.hardware import detect_tags
+    from distbench.mlflow_store import flatten
+    from distbench.secrets_mask import mask_text, mask_tree
+    from distbench.spool import JOB_DIR_TAG, upload, write_payload
+    from distbench.tracking import PARENT_RUN_ENV, resolve_tracking_uri, software_tags
 
     outcome["orchestrator_time_s"] = time.monotonic() - started
     write_json_atomic(job_dir / "outcome.json", outcome)
     uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
     if uri is None:
         return outcome
-    config_tree = resolved or OmegaConf.to_container(cfg, resolve=False)
+    config_tree = mask_tree(resolved or OmegaConf.to_container(cfg, resolve=False))
     tags = {k: str(outcome[k]) for k in describe(cfg) if k in outcome}
     tags.update(software_tags(project_dir))
-    tags["distbench.job_dir"] = str(job_dir)
-    for key in ("failure_kind", "failure_reason", "backend"):
+    tags.update(detect_tags())
+    tags.update({JOB_DIR_TAG: str(job_dir), SIGNATURE_TAG: outcome["signature"]})
+    for key in ("failure_kind", "failure_reason", "backend", "emulated", "mfu_error"):
         if outcome.get(key):
-            tags[key] = str(outcome[key])[:5000]
+            tags[key] = mask_text(str(outcome[key]))[:5000]
+    upload_dir = job_dir / "upload"  # what is logged: the config with its secrets masked
+    upload_dir.mkdir(exist_ok=True)
+    (upload_dir / "resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config_tree)))
+    artifacts = [upload_dir / "resolved.yaml"]
+    artifacts += [job_dir / name for name in ARTIFACTS if name != "resolved.yaml"]
+    artifacts += measured.artifacts
+    write_payload(
+        job_dir,
+        {
+            "experiment_name": cfg.tracking.experiment_name,
+            "run_name": outcome["run_name"],
+            "params": flatten(config_tree),
+            "metrics": measured.metrics,
+            "series": measured.series,
+            "tags": tags,
+            "artifacts": [
+                str(p.relative_to(job_dir)) for p in artifacts if p.is_relative_to(job_dir)
+            ],
+            "failed": outcome["status"] != "FINISHED",
+            "parent_run_id": os.environ.get(PARENT_RUN_ENV),
+        },
+    )
     try:
-        experiment_id = ensure_experiment(uri, cfg.tracking.experiment_name)
-        run_name = f"{outcome['strategy']}-ws{outcome['world_size']}-z{outcome['zero_stage']}"
-        outcome["run_id"] = log_child_run(
-            uri,
-            experiment_id,
-            run_name,
-            params=flatten(config_tree),
-            metrics=metrics,
-            tags=tags,
-            artifacts=[job_dir / name for name in ARTIFACTS],
-            failed=outcome["status"] != "FINISHED",
-            parent_run_id=os.environ.get(PARENT_RUN_ENV),
+        outcome["run_id"] = upload(uri, job_dir)
+    except Exception as exc:  # nothing measured is lost: the run is spooled in the job dir
+        outcome["tracking_error"] = mask_text(f"{type(exc).__name__}: {exc}")[:2000]
+        print(
+            f"distbench: could not log to MLflow ({outcome['tracking_error'][:300]}); "
+            f"spooled in {job_dir} for `distbench sync`"
         )
-        outcome["experiment_id"] = experiment_id
-    except Exception as exc:  # nothing measured is lost: outcome.json holds it all
-        outcome["tracking_error"] = f"{type(exc).__name__}: {exc}"
-        print(f"distbench: could not log to MLflow at {uri}: {outcome['tracking_error']}")
     write_json_atomic(job_dir / "outcome.json", outcome)
     return outcome

@@ -52,10 +52,16 @@ class JobProgress:
 
     def update(self) -> None:
         for line in self._new_lines():
-            last = f"{line['step_time_s']:.3f} s/step  loss {line['loss']:.4f}"
+            last = f"{line['step_time_s']:.3f} s"
+            if line.get("loss"):
+                last += f"  loss {line['loss']:.4f}"
             if self.bar is not None:
                 self.bar.update(
-                    self.task, completed=line["step"], description=line["phase"], last=last
+                    self.task,
+                    completed=line["step"],
+                    total=line["num_steps"],
+                    description=line["phase"],
+                    last=last,
                 )
             else:
                 print(

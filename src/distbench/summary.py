@@ -21,6 +21,8 @@ COLUMNS = (
     ("MFU %", "mfu_pct", "{:.2f}"),
     ("peak mem (GiB)", "peak_mem_gib", "{:.2f}"),
     ("$/1M tok", "cost_usd_per_1m_tokens", "{:.4f}"),
+    ("gemm p50 (s)", "gemm_time_s_p50", "{:.4f}"),  # workload=gemm
+    ("AR busbw (GB/s)", "busbw_gbps_peak.all_reduce", "{:.3f}"),  # workload=collectives
 )
 
 
@@ -41,11 +43,15 @@ def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
     for header in ("strategy", "world", "zero", "status", *(c[0] for c in COLUMNS)):
         table.add_column(header, justify="left" if header in ("strategy", "status") else "right")
     for o in outcomes:
-        ok = o["status"] == "FINISHED"
-        status = "[green]FINISHED[/green]" if ok else f"[red]FAILED[/red] {o.get('failure_kind')}"
+        status = {
+            "FINISHED": "[green]FINISHED[/green]",
+            "SKIPPED": "[yellow]SKIPPED[/yellow] (resume)",
+        }.get(o["status"], f"[red]FAILED[/red] {o.get('failure_kind')}")
         metrics = o.get("metrics", {})
         cells = [_cell(metrics, key, fmt) for _, key, fmt in COLUMNS]
-        table.add_row(o["strategy"], o["world_size"], o["zero_stage"], status, *cells)
+        # raw workloads (gemm, collectives) have no strategy: show the workload instead
+        name = o["strategy"] if o.get("workload", "train") == "train" else o["workload"]
+        table.add_row(name, o["world_size"], o["zero_stage"], status, *cells)
     return table
 
 
@@ -55,7 +61,7 @@ def print_summary(
     console = Console(width=max(Console().width, 140))
     console.print(summary_table(outcomes, title))
     for o in outcomes:
-        if o["status"] != "FINISHED":
+        if o["status"] == "FAILED":
             console.print(
                 f"  {o['job']} {o['strategy']} ws={o['world_size']}: "
                 f"{o.get('failure_kind')}: {o.get('failure_reason')}",

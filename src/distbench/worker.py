@@ -9,8 +9,10 @@ to classify, then exits non-zero.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import socket
 import sys
 import traceback
@@ -29,21 +31,6 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def combine_ranks(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """One job's figures from every rank's: a step lasts as long as its slowest rank, and the
-    loss is the mean over ranks (data-parallel replicas see different rows of one batch)."""
-    num_steps = len(per_rank[0]["step_times_s"])
-    return {
-        "step_times_s": [max(r["step_times_s"][i] for r in per_rank) for i in range(num_steps)],
-        "losses": [sum(r["losses"][i] for r in per_rank) / len(per_rank) for i in range(num_steps)],
-        "ranks": [
-            {k: v for k, v in r.items() if k not in ("step_times_s", "losses")}
-            | {"step_times_s": r["step_times_s"]}
-            for r in per_rank
-        ],
-    }
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0])
@@ -51,15 +38,21 @@ def main(argv: list[str] | None = None) -> None:
     device = cfg.hardware.device
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if device == "cuda" else "cpu")
     rank = int(os.environ.get("RANK", "0"))
+    # On SIGUSR1 (sent by the orchestrator when a rank stalls) dump every thread's stack, so
+    # the stall report can tell the rank that hangs from the ranks waiting for it.
+    stacks = (run_dir / f"stack.rank{rank}.txt").open("w")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     try:
         import torch.distributed as dist
 
         from distbench import dist as dist_utils
-        from distbench.workloads import train
+        from distbench.workloads import load
 
+        workload = load(cfg.workload.name)
         dist_utils.init_process_group(device)
+        dist_utils.heartbeat(run_dir, rank, -1)
         layout = Layout(**cfg.layout)
-        figures = train.run(cfg, layout, run_dir, device)
+        figures = workload.run(cfg, layout, run_dir, device)
         figures["hostname"] = socket.gethostname()
         per_rank = dist_utils.gather_objects(figures)
         if rank == 0:
@@ -70,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
                 "backend": dist.get_backend(),
                 "device": device,
                 "num_warmup_steps": cfg.workload.num_warmup_steps,
-                **combine_ranks(per_rank),
+                **workload.combine(per_rank),
             }
             write_json_atomic(run_dir / "result.json", result)
         # Without this barrier a rank that tears down its gloo pairs while a peer still uses

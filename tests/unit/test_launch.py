@@ -26,29 +26,65 @@ def test_free_ports_differ_between_jobs():
 
 def test_python_oom_error_file_is_oom():
     errors = [{"rank": 1, "type": "OutOfMemoryError", "message": "CUDA out of memory. Tried..."}]
-    kind, reason = classify_failure(1, False, 60, errors, "")
+    kind, reason = classify_failure(1, errors, "")
     assert kind == "oom" and reason.startswith("rank 1: OutOfMemoryError")
 
 
-def test_sigkill_without_error_file_is_likely_oom():
-    tail = "[0]:\n  time      : 2026\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 77)"
-    kind, reason = classify_failure(1, False, 60, [], tail)
-    assert kind == "oom" and "rank 1 killed by SIGKILL" in reason
+def test_cpu_allocator_failure_is_oom():
+    errors = [
+        {
+            "rank": 0,
+            "type": "RuntimeError",
+            "message": "DefaultCPUAllocator: can't "
+            "allocate memory: you tried to allocate 8589934592 bytes.",
+        }
+    ]
+    assert classify_failure(1, errors, "")[0] == "oom"
+
+
+KILLED_RANK_1 = (
+    "Failures:\n[1]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : -15 (pid: 2)\n"
+    "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
+    "  exitcode  : -9 (pid: 77)\n"
+)
+PEER_GONE = [
+    {
+        "rank": 0,
+        "type": "DistBackendError",
+        "message": "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+    }
+]
+
+
+def test_sigkill_is_a_crash_naming_the_rank_not_its_peers_collective_error():
+    assert classify_failure(1, PEER_GONE, KILLED_RANK_1) == ("crash", "rank 1 killed by SIGKILL")
+
+
+def test_sigkill_with_the_kernel_oom_counter_moving_is_oom():
+    kind, reason = classify_failure(1, PEER_GONE, KILLED_RANK_1, oom_killed=True)
+    assert kind == "oom" and reason.startswith("rank 1 killed by SIGKILL")
 
 
 def test_other_signal_is_crash_with_its_name():
-    kind, reason = classify_failure(1, False, 60, [], "rank : 0\nexitcode : -11 (pid: 5)")
-    assert kind == "crash" and "SIGSEGV" in reason
+    tail = "Failures:\nRoot Cause\n  rank : 0\n  exitcode : -11 (pid: 5)"
+    assert classify_failure(1, [], tail) == ("crash", "rank 0 killed by SIGSEGV")
 
 
 def test_python_exception_is_crash_with_rank_and_type():
-    errors = [{"rank": 0, "type": "ValueError", "message": "bad shape\nmore"}]
-    assert classify_failure(1, False, 60, errors, "") == ("crash", "rank 0: ValueError: bad shape")
+    errors = [{"rank": 1, "type": "ValueError", "message": "bad shape\nmore"}, *PEER_GONE]
+    assert classify_failure(1, errors, "") == ("crash", "rank 1: ValueError: bad shape")
 
 
-def test_timeout_wins():
-    kind, reason = classify_failure(None, True, 5, [], "")
-    assert kind == "timeout" and "limits.timeout_s=5" in reason
+def test_a_broken_collective_alone_is_a_collective_error():
+    assert classify_failure(1, PEER_GONE, "")[0] == "collective_error"
+    nccl = [{"rank": 2, "type": "DistBackendError", "message": "NCCL error: unhandled system"}]
+    assert classify_failure(1, nccl, "")[0] == "nccl_error"
+
+
+def test_wall_clock_timeout(tmp_path):
+    script = "import time; time.sleep(600)"
+    outcome = run_workers(tmp_path, [sys.executable, "-c", script], {}, timeout_s=2)
+    assert outcome.failure_kind == "timeout" and "limits.timeout_s=2" in outcome.failure_reason
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
@@ -80,4 +116,4 @@ def test_root_cause_rank_is_reported_not_the_rank_torchrun_killed():
         "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
         "  exitcode  : -6 (pid: 1)\n"
     )
-    assert classify_failure(1, False, 60, [], tail) == ("crash", "rank 0 killed by signal SIGABRT")
+    assert classify_failure(1, [], tail) == ("crash", "rank 0 killed by SIGABRT")

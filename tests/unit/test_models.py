@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distbench.models import build_model, count_params
-from tests.conftest import compose_config
+from tests.conftest import compose_config, config_options
 
 pytestmark = pytest.mark.unit
 
@@ -42,6 +42,16 @@ def test_architecture_count_equals_built_numel(overrides):
         counts["total"] - lookups + (model.get_input_embeddings().weight.numel() if tied else 0)
     )
     assert counts["matmul"] == expected_matmul
+
+
+@pytest.mark.parametrize("model", config_options("model"))
+def test_every_model_config_count_equals_meta_built_numel(model):
+    """Full-size architectures built on the meta device: shapes only, nothing allocated."""
+    model_cfg = compose_config([f"model={model}"]).model
+    with torch.device("meta"):
+        built = build_model(model_cfg, "bf16", seed=0)
+    assert next(built.parameters()).is_meta
+    assert count_params(model_cfg)["total"] == sum(p.numel() for p in built.parameters())
 
 
 def test_same_seed_same_weights_and_dtype():

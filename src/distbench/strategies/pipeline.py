@@ -116,8 +116,8 @@ def to_pipeline_module(
     (``"parameters"``, ``"type:<regex>"``) is passed to DeepSpeed unchanged. Activation
     checkpointing only wraps runs of decoder blocks, so the embedding still gets gradients.
     ``torch.distributed`` must already be initialised (e.g. ``deepspeed.init_distributed()``).
-    Every rank keeps the whole HF model alive in the layer list; only its own stage's pieces
-    are registered as parameters of the returned module.
+    The weights of other stages' pieces are released on this rank (emptied in place), so a
+    stage holds only its own share of the model, as it would on a real pipeline.
     """
     from deepspeed.pipe import PipelineModule, TiedLayerSpec
 
@@ -149,7 +149,7 @@ def to_pipeline_module(
     decoder = [_DecoderBlock(layer, model.config, rotary) for layer in blocks]
     if partition_method == "uniform":
         partition_method = f"type:^{_DecoderBlock.__name__}$"
-    return PipelineModule(
+    pipe = PipelineModule(
         layers=[embed, *positional, *decoder, final_norm, head],
         num_stages=num_stages,
         loss_fn=loss_fn or causal_lm_loss,
@@ -157,6 +157,11 @@ def to_pipeline_module(
         activation_checkpoint_interval=activation_checkpoint_interval,
         checkpointable_layers=[_DecoderBlock.__name__],
     )
+    owned = {id(p) for p in pipe.parameters()}
+    for param in model.parameters():
+        if id(param) not in owned:
+            param.data = torch.empty(0, dtype=param.dtype, device=param.device)
+    return pipe
 
 
 def _self_check() -> None:

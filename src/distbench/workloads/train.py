@@ -15,7 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from distbench.analytic import pred_vs_measured
 from distbench.config import Layout
+from distbench.metrics import tokens_per_step, train_flops_per_token, train_metrics
+from distbench.models import count_params
+from distbench.workloads import Measured
 
 
 def global_batch(
@@ -54,6 +58,7 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
     import torch.distributed as dist
 
     from distbench import dist as dist_utils
+    from distbench import faults
     from distbench.models import build_model
     from distbench.strategies.deepspeed import initialize
 
@@ -62,6 +67,7 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
     if device == "cuda":
         model = model.cuda()
     wrapped = initialize(model, cfg, layout)
+    dist_utils.heartbeat(run_dir, rank, -1)  # engine built (may take long: partitioning, ops)
     dist_utils.synchronize(device)
     init_mem_bytes = dist_utils.current_memory_bytes(device)
     dist_utils.reset_peak_memory(device)
@@ -79,6 +85,8 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
             cfg.model.vocab_size,
         )
         micro_batches = rank_micro_batches(tokens, wrapped.dp_rank, cfg.batch.micro_batch_size)
+        dist_utils.heartbeat(run_dir, rank, step)
+        faults.inject(cfg.fault, rank, step)
         dist.barrier()
         dist_utils.synchronize(device)
         start = time.perf_counter()
@@ -108,3 +116,51 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
         "peak_mem_bytes": dist_utils.peak_memory_bytes(device),
         "num_params_local": sum(p.numel() for p in wrapped.engine.module.parameters()),
     }
+
+
+def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """One job's figures from every rank's: a step lasts as long as its slowest rank, and the
+    loss is the mean over ranks (data-parallel replicas see different rows of one batch)."""
+    num_steps = len(per_rank[0]["step_times_s"])
+    return {
+        "step_times_s": [max(r["step_times_s"][i] for r in per_rank) for i in range(num_steps)],
+        "losses": [sum(r["losses"][i] for r in per_rank) / len(per_rank) for i in range(num_steps)],
+        "ranks": [{k: v for k, v in r.items() if k != "losses"} for r in per_rank],
+    }
+
+
+def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> Measured:
+    """result.json (raw timings, losses, memory) → the logged metrics with their units."""
+    num_warmup = result["num_warmup_steps"]
+    model, batch, hw = resolved["model"], resolved["batch"], resolved["hardware"]
+    params = count_params(_Attrs(model))
+    flops = train_flops_per_token(
+        params["matmul"], model["num_layers"], model["hidden_size"], batch["seq_len"]
+    )
+    num_tokens = tokens_per_step(
+        batch["micro_batch_size"], batch["grad_accum_steps"], batch["seq_len"], layout.dp
+    )
+    metrics = train_metrics(
+        step_times_s=result["step_times_s"][num_warmup:],
+        losses=result["losses"],
+        peak_mem_bytes_per_rank=[r["peak_mem_bytes"] for r in result["ranks"]],
+        num_tokens_per_step=num_tokens,
+        flops_per_token=flops,
+        world_size=layout.world_size,
+        peak_tflops_per_device=hw.get(f"peak_tflops_{resolved['workload']['dtype']}"),
+        price_usd_per_device_hour=hw["price_usd_per_hour"],
+    )
+    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / 2**30
+    metrics["tokens_per_step"] = float(num_tokens)
+    metrics["model_flops_per_token"] = flops
+    metrics["num_params"] = float(params["total"])
+    metrics.update(pred_vs_measured(resolved, layout, metrics))
+    series = [("step_time_s", t, i) for i, t in enumerate(result["step_times_s"])]
+    series += [("loss", loss, i) for i, loss in enumerate(result["losses"])]
+    return Measured(metrics=metrics, series=series)
+
+
+class _Attrs(dict):
+    """A dict read with attributes, as count_params reads a config."""
+
+    __getattr__ = dict.__getitem__

@@ -1,0 +1,62 @@
+"""hardware.peak_source=measured for real: `python -m distbench.calibrate` times a GEMM on this
+CPU (one thread) and caches it; the shared tiny sweep ran with the measured peak; a calibration
+that fails leaves the catalog peak with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from distbench import calibrate, hardware
+from tests.conftest import CONF_DIR
+from tests.e2e.tiny_sweep import Sweep, shared_sweep
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Sweep:
+    return shared_sweep(tmp_path_factory)
+
+
+def calibrate_cpu(cache_dir) -> dict:
+    env = dict(os.environ, DISTBENCH_CACHE_DIR=str(cache_dir), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "distbench.calibrate", "--device", "cpu", "--dtype", "fp32"]
+    cmd += ["--threads", "1", "--size", "512"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, timeout=300)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_calibrating_this_cpu_times_a_gemm_on_one_thread_and_caches_it(tmp_path):
+    first = calibrate_cpu(tmp_path)
+    assert first["cached"] is False and first["statistic"] == "best"
+    assert first["num_iters"] >= 10 and first["threads"] == 1
+    assert 0 < first["median_tflops"] <= first["tflops"] < 10  # one core: far below 10 TFLOP/s
+    again = calibrate_cpu(tmp_path)
+    assert again["cached"] is True and again["tflops"] == first["tflops"]
+
+
+def test_the_sweep_ran_with_the_measured_peak_of_this_machine(sweep):
+    from mlflow.tracking import MlflowClient
+
+    cache = json.loads((sweep.root / "cache" / "peak_tflops.json").read_text())
+    key = calibrate.cache_key(hardware._device_name("cpu"), "fp32", 1)
+    client = MlflowClient(sweep.tracking_uri)
+    for run_id in sweep.child_run_ids:
+        params = client.get_run(run_id).data.params
+        assert params["hardware.peak_source"] == "measured"
+        assert float(params["hardware.peak_tflops_fp32"]) == pytest.approx(cache[key]["tflops"])
+
+
+def test_a_failed_calibration_keeps_the_catalog_peak_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    hw = hardware.resolve_hardware(
+        {"name": "cpu", "device": "cpu", "peak_source": "measured"}, CONF_DIR, dtypes=["fp64"]
+    )
+    assert hw["peak_source"] == "catalog"
+    assert "calibrate exited 2" in hw["peak_calibration_error"]
+    assert hw["peak_tflops_fp32"] > 0

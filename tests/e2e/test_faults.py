@@ -1,0 +1,62 @@
+"""Real faults injected into real ranks: each job ends with the right failure kind, the sweep
+goes on and exits 0, and no worker process outlives its job.
+
+    pytest tests/e2e/test_faults.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+import pytest
+
+from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
+
+pytestmark = pytest.mark.e2e
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(text in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_kill_stall_and_memory_cap_are_recorded_and_the_sweep_goes_on(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = run_py(
+        [
+            "-m",
+            "fault.kind=none,kill,stall,alloc",
+            "fault.rank=1",
+            "fault.at_step=1",
+            "fault.alloc_gib=3",
+            "limits.max_mem_gib=2.5",
+            "limits.stall_timeout_s=20",
+            *FEW_STEPS,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Hydra numbers jobs in the order of fault.kind=none,kill,stall,alloc
+    none, kill, stall, alloc = (
+        json.loads((sweep_dir / str(i) / "outcome.json").read_text()) for i in range(4)
+    )
+    assert none["status"] == "FINISHED"
+    assert (kill["failure_kind"], kill["failure_reason"]) == ("crash", "rank 1 killed by SIGKILL")
+    assert stall["failure_kind"] == "timeout"
+    assert stall["failure_reason"].startswith("rank 1 stuck outside any collective, rank 0")
+    assert "limits.stall_timeout_s=20" in stall["failure_reason"]
+    assert stall["wall_time_s"] < 20 + 120  # the stall limit plus start-up, not the 30 min cap
+    assert alloc["failure_kind"] == "oom"
+    assert alloc["failure_reason"].startswith("rank 1 resident memory")
+    assert "limits.max_mem_gib=2.5" in alloc["failure_reason"]
+    assert not processes_mentioning(str(sweep_dir)), "a worker outlived its job"
+    children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
+    kinds = sorted(children["tags.failure_kind"].dropna())
+    assert kinds == ["crash", "oom", "timeout"]
+    assert (sweep_dir / "2" / "stderr_tail.txt").exists()
+    assert (sweep_dir / "2" / "stack.rank1.txt").read_text().count("faults.py") >= 1

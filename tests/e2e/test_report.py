@@ -1,0 +1,95 @@
+"""`distbench report` on a real tiny sweep in a real sqlite store: the report folder, its plots,
+the artifacts and description it leaves on the sweep's parent run, and the csv export."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from tests.e2e.tiny_sweep import Sweep, shared_sweep
+
+pytestmark = pytest.mark.e2e
+
+PLOTS = (
+    "throughput_tflops.png",
+    "peak_mem_per_rank.png",
+    "pareto_throughput_vs_memory.png",
+    "cost_per_1m_tokens.png",
+    "scaling_efficiency.png",
+)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Sweep:
+    return shared_sweep(tmp_path_factory)
+
+
+def distbench_report(sweep: Sweep, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "distbench.cli", "report", *args],
+        cwd=sweep.root,
+        env=sweep.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_report_of_the_latest_sweep_writes_tables_plots_and_logs_them_on_the_parent(
+    sweep, tmp_path
+):
+    out = tmp_path / "report"
+    proc = distbench_report(sweep, "--sweep", "latest", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sweep.parent_run_id in proc.stdout
+    assert "best throughput (tokens/s) (max):" in proc.stdout
+    assert "best peak memory (GiB) (min):" in proc.stdout
+
+    md = (out / "report.md").read_text()
+    assert "| strategy | 2 |" in md  # strategy × world_size pivots
+    for strategy in ("dp", "zero1"):
+        assert f"\n| {strategy} | " in md
+    assert "## Predicted vs measured" in md and "pred_peak_mem_gib" in md
+    html = (out / "report.html").read_text()
+    assert "<table" in html and html.count("<img ") == len(PLOTS)
+    for name in PLOTS:
+        image = Image.open(out / name)
+        image.load()
+        assert image.format == "PNG" and image.width >= 500 and image.height >= 300, name
+        assert len(image.convert("RGB").getcolors(maxcolors=1 << 20)) > 20, name  # not blank
+        assert (out / name).stat().st_size > 10_000, name
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(sweep.tracking_uri)
+    logged = {a.path for a in client.list_artifacts(sweep.parent_run_id, "report")}
+    assert {f"report/{n}" for n in ("report.md", "report.html", "runs.csv", *PLOTS)} <= logged
+    note = client.get_run(sweep.parent_run_id).data.tags["mlflow.note.content"]
+    assert f"runs/{sweep.parent_run_id}/artifacts/report/report.html" in note
+    assert "best throughput" in note
+
+
+def test_report_csv_of_a_sweep_by_id_is_the_flat_table_of_its_children(sweep, tmp_path):
+    proc = distbench_report(
+        sweep, "--sweep", sweep.parent_run_id, "--format", "csv", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "runs.csv")
+    assert tuple(sorted(table["run_id"])) == sweep.child_run_ids
+    assert set(table["strategy"]) == {"dp", "zero1"}
+    assert (table["world_size"] == 2).all()
+    assert (table["throughput_tokens_per_s"] > 0).all()
+    assert table["peak_mem_gib_rank1"].notna().all()
+    assert not (tmp_path / "report.md").exists()  # csv only
+
+
+def test_report_of_an_unknown_run_fails_in_one_line(sweep, tmp_path):
+    proc = distbench_report(sweep, "--sweep", "0" * 32, "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"distbench: report: no run '{'0' * 32}' in {sweep.tracking_uri}"
+    ]

@@ -1,0 +1,168 @@
+"""Resume, spool + sync against a tracking server that is down and then up, and two sweeps at
+once against one fresh sqlite store: everything measured lands, exactly once.
+
+    pytest tests/e2e/test_survive.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from distbench.launch import free_port
+from tests.conftest import PROJECT_DIR
+from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
+
+pytestmark = pytest.mark.e2e
+
+ONE_GOOD_ONE_INVALID = ["-m", "strategy=tp", "strategy.tp=2,3", "world_size=2", *FEW_STEPS]
+
+
+def outcome(sweep_dir, job):
+    return json.loads((sweep_dir / str(job) / "outcome.json").read_text())
+
+
+def test_resume_skips_what_finished_and_reruns_failed_only_when_asked(tmp_path):
+    sweep = ["hydra.sweep.dir=" + str(tmp_path / "s1")]
+    assert run_py([*ONE_GOOD_ONE_INVALID, *sweep], tmp_path).returncode == 0
+    again = run_py(
+        [*ONE_GOOD_ONE_INVALID, "hydra.sweep.dir=" + str(tmp_path / "s2"), "resume=true"], tmp_path
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [outcome(tmp_path / "s2", j)["status"] for j in (0, 1)] == ["SKIPPED", "SKIPPED"]
+    assert "already FINISHED" in outcome(tmp_path / "s2", 0)["skipped_reason"]
+    assert "retry_failed=true reruns it" in outcome(tmp_path / "s2", 1)["skipped_reason"]
+    assert "SKIPPED" in again.stdout
+    retry = run_py(
+        [
+            *ONE_GOOD_ONE_INVALID,
+            "hydra.sweep.dir=" + str(tmp_path / "s3"),
+            "resume=true",
+            "retry_failed=true",
+        ],
+        tmp_path,
+    )
+    assert retry.returncode == 0
+    assert [outcome(tmp_path / "s3", j)["status"] for j in (0, 1)] == ["SKIPPED", "FAILED"]
+    children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
+    assert len(children) == 3  # 2 from the first sweep, the retried invalid job; nothing else
+    parents = runs_of(tmp_path)
+    parents = parents[parents["tags.mlflow.parentRunId"].isna()]
+    assert sorted(parents["tags.num_skipped"]) == ["0", "1", "2"]
+
+
+def start_server(tmp_path, port):
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path}/server.db",
+            "--artifacts-destination",
+            str(tmp_path / "art"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def wait_up(url, timeout_s=180):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(url, timeout=5).status == 200:
+                return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"{url} did not come up in {timeout_s} s")
+
+
+def test_a_down_server_spools_runs_and_sync_uploads_them_once(tmp_path):
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    sweep_dir = tmp_path / "sweep"
+    env = dict(os.environ, MLFLOW_TRACKING_URI=uri)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(PROJECT_DIR / "run.py"),
+            *ONE_GOOD_ONE_INVALID,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "distbench sync" in proc.stdout
+    assert all("tracking_error" in outcome(sweep_dir, j) for j in (0, 1))
+    assert outcome(sweep_dir, 0)["metrics"]["step_time_s_p50"] > 0  # measured, kept on disk
+
+    server = start_server(tmp_path, port)
+    try:
+        wait_up(f"{uri}/health")
+        sync = [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)]
+        first = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr[-2000:]
+        assert "2 uploaded, 0 already in the store" in first.stdout
+        second = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=300)
+        assert "0 uploaded, 2 already in the store" in second.stdout
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name("distbench")
+        runs = client.search_runs([experiment.experiment_id])
+        children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+        assert len(runs) == 3 and len(children) == 2
+        assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED"]
+        finished = next(r for r in children if r.info.status == "FINISHED")
+        assert finished.data.metrics["step_time_s_p50"] > 0
+        assert "resolved.yaml" in {a.path for a in client.list_artifacts(finished.info.run_id)}
+        assert "tracking_error" not in outcome(sweep_dir, 0)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_two_sweeps_at_once_against_one_fresh_sqlite_store(tmp_path):
+    args = ["-m", "strategy=tp", "world_size=3,5,7", *FEW_STEPS]  # refused before launch: fast
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(PROJECT_DIR / "run.py"), *args, f"hydra.sweep.dir={tmp_path}/{i}"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-2000:]
+    runs = runs_of(tmp_path)
+    assert len(runs) == 8  # 2 parents + 2 x 3 children
+    assert (runs[runs["tags.mlflow.parentRunId"].notna()]["status"] == "FAILED").all()
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)

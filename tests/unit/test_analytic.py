@@ -1,0 +1,229 @@
+"""The analytic model against hand-computed cases: the ZeRO paper's and the course's memory
+table, Korthikanti's activations, ring collectives, the pipeline bubble, and predict/recommend
+on composed configs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from distbench import analytic
+from distbench.analytic import (
+    Memory,
+    Prediction,
+    activation_bytes_per_layer,
+    dp_comm_bytes,
+    logits_bytes,
+    pipeline_bubble_fraction,
+    pp_comm_bytes,
+    pred_vs_measured,
+    predict,
+    recommend,
+    state_bytes_per_param,
+    tp_comm_bytes,
+    zero_model_states_bytes,
+)
+from distbench.config import Layout, validate
+from distbench.metrics import GIB
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.unit
+
+H100 = {
+    "name": "h100_sxm",
+    "device": "cuda",
+    "peak_tflops_fp32": 67.0,
+    "peak_tflops_bf16": 989.0,
+    "mem_gib": 79.6,
+    "interconnect_gbps": 900.0,
+    "price_usd_per_hour": 6.88,
+}
+
+
+def _total_gb(stage: int) -> float:
+    return sum(zero_model_states_bytes(7e9, 8, stage).values()) / 1e9
+
+
+def test_zero_stages_reproduce_the_course_table_for_7b_on_8_devices():
+    # 16 bytes/param (2 + 2 + K, K = 12); GB = 1e9 bytes.
+    assert [_total_gb(stage) for stage in (0, 1, 2, 3)] == pytest.approx([112, 38.5, 26.25, 14])
+    by_part = zero_model_states_bytes(7e9, 8, 1)
+    assert by_part == pytest.approx({"params": 14e9, "grads": 14e9, "optimizer": 84e9 / 8})
+
+
+def test_zero_paper_figure_1_for_7_5b_on_64_devices():
+    totals = [sum(zero_model_states_bytes(7.5e9, 64, s).values()) / 1e9 for s in (0, 1, 2, 3)]
+    assert totals == pytest.approx([120, 31.4, 16.6, 1.88], abs=0.05)
+
+
+def test_fp32_training_is_4_4_8_bytes_and_mixed_precision_2_2_12():
+    assert dataclasses.astuple(state_bytes_per_param("fp32")) == (4, 4, 8)
+    assert dataclasses.astuple(state_bytes_per_param("bf16")) == (2, 2, 12)
+
+
+def test_korthikanti_activations_by_hand():
+    s, b, h, a = 2048, 1, 4096, 32
+    # 34 + 5·a·s/h = 34 + 80 = 114 bytes per s·b·h element
+    assert activation_bytes_per_layer(s, b, h, a) == s * b * h * 114
+    # tp=4 without sequence parallelism: 10 + 24/4 + 80/4 = 36
+    assert activation_bytes_per_layer(s, b, h, a, tp=4) == s * b * h * 36
+    assert activation_bytes_per_layer(s, b, h, a, recompute=True) == 2 * s * b * h
+    assert activation_bytes_per_layer(s, b, h, a, attention_scores_stored=False) == s * b * h * 34
+    assert activation_bytes_per_layer(s, b, h, a, dtype_bytes=4) == 2 * s * b * h * 114
+    assert logits_bytes(s, b, 32000, tp=2) == 4 * s * b * 32000 / 2
+
+
+def test_data_parallel_and_zero_communication_by_hand():
+    psi, n = 1e9, 8
+    dp = dp_comm_bytes(psi, n, 0, grad_bytes=2, param_bytes=2)
+    assert dp == 2 * psi * 2 * 7 / 8  # ring all-reduce of 2-byte gradients
+    for stage in (1, 2):
+        assert dp_comm_bytes(psi, n, stage, grad_bytes=2, param_bytes=2) == pytest.approx(dp)
+    assert dp_comm_bytes(psi, n, 3, grad_bytes=2, param_bytes=2) == pytest.approx(1.5 * dp)
+    assert dp_comm_bytes(psi, 1, 3, grad_bytes=2, param_bytes=2) == 0.0
+    # With 4 micro-steps stage 0 still reduces once; stage 2 reduce-scatters every micro-step.
+    assert dp_comm_bytes(psi, n, 0, grad_bytes=2, param_bytes=2, grad_accum_steps=4) == dp
+    assert dp_comm_bytes(
+        psi, n, 2, grad_bytes=2, param_bytes=2, grad_accum_steps=4
+    ) == pytest.approx(5 * psi * 2 * 7 / 8)
+
+
+def test_tensor_and_pipeline_communication_by_hand():
+    b, s, h = 1, 2048, 4096
+    one = b * s * h * 2  # 16 MiB of bf16 activations
+    # 32 layers × 4 all-reduces × 2(t-1)/t with t = 2 → factor 1
+    assert tp_comm_bytes(2, 32, b, s, h, act_bytes=2) == 32 * 4 * one
+    assert tp_comm_bytes(4, 32, b, s, h, act_bytes=2, grad_accum_steps=2) == 2 * 32 * 4 * 1.5 * one
+    assert tp_comm_bytes(1, 32, b, s, h, act_bytes=2) == 0
+    assert pp_comm_bytes(4, b, s, h, act_bytes=2, num_micro=8) == 2 * 8 * one
+    assert pp_comm_bytes(1, b, s, h, act_bytes=2, num_micro=8) == 0
+
+
+def test_pipeline_bubble_by_hand():
+    assert pipeline_bubble_fraction(1, 8) == 0
+    assert pipeline_bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert pipeline_bubble_fraction(2, 2) == pytest.approx(1 / 3)
+
+
+def _predict(overrides: list[str], hardware: dict | None = None) -> Prediction:
+    cfg = compose_config(overrides)
+    return predict(cfg, validate(cfg), hardware or H100)
+
+
+def test_predict_llama3_8b_dp_is_the_zero_formula_plus_activations():
+    p = _predict(["model=llama3_8b", "world_size=8", "workload.dtype=bf16", "strategy=dp"])
+    psi = p.num_params
+    assert p.mem.params == p.mem.grads == 2 * psi
+    assert p.mem.optimizer == 12 * psi
+    assert p.mem.total > 16 * psi and p.fits is False  # 8B × 16 bytes = 120 GiB > 79.6
+    assert p.comm_bytes_per_step == pytest.approx(2 * 2 * psi * 7 / 8)
+    assert p.tokens_per_s == pytest.approx(p.num_tokens_per_step / p.step_time_s)
+    compute = p.flops_per_token * 2 * 2 * 128 / (989e12 * 0.4)
+    assert p.time_s["compute"] == pytest.approx(compute)
+
+
+def test_pipeline_prediction_has_the_bubble_and_halves_the_layers():
+    pp = _predict(["model=llama3_8b", "world_size=8", "strategy=pp", "batch.grad_accum_steps=4"])
+    assert pp.time_s["bubble"] == pytest.approx(pp.time_s["compute"] * (2 - 1) / 4)
+    dp = _predict(["model=llama3_8b", "world_size=8", "strategy=dp", "batch.grad_accum_steps=4"])
+    assert pp.time_s["compute"] == pytest.approx(dp.time_s["compute"] / 2)
+    assert pp.mem.params < 0.6 * dp.mem.params  # heaviest stage: 16 layers + a vocab table
+
+
+def test_offload_moves_states_off_a_gpu_but_not_off_a_cpu():
+    base = ["model=llama3_8b", "world_size=8", "workload.dtype=bf16"]
+    zero2 = _predict([*base, "strategy=zero2"])
+    off = _predict([*base, "strategy=zero2_offload"])
+    assert off.mem.optimizer == 0 and off.mem.host == pytest.approx(zero2.mem.optimizer)
+    assert off.time_s["offload"] > 0
+    z3off = _predict([*base, "strategy=zero3_offload"])
+    assert z3off.mem.params < _predict([*base, "strategy=zero3"]).mem.params
+    cpu = {"name": "cpu", "device": "cpu", "peak_tflops_fp32": 0.1, "price_usd_per_hour": 0.09}
+    on_cpu = _predict(["strategy=zero2_offload"], cpu)
+    assert on_cpu.mem.host == 0 and on_cpu.mem.optimizer > 0 and on_cpu.time_s["offload"] == 0
+
+
+def test_doubling_num_layers_doubles_the_per_layer_terms_only():
+    base = ["model=llama3_8b", "world_size=8", "strategy=tp", "workload.dtype=bf16"]
+    one, two = _predict(base), _predict([*base, "model.num_layers=64"])
+    split = analytic.param_split(compose_config(base).model)
+    logits = logits_bytes(128, 2, 128256, tp=2)
+    assert two.mem.activations - logits == pytest.approx(2 * (one.mem.activations - logits))
+    assert two.comm_bytes["tp"] == pytest.approx(2 * one.comm_bytes["tp"])
+    # parameters: the layers double, the embedding and LM head do not
+    layers = split.per_layer * split.num_layers
+    assert two.num_params - one.num_params == pytest.approx(layers)
+    attention = 12 * 32 * 4096 * 128
+    assert two.flops_per_token - one.flops_per_token == pytest.approx(6 * layers + attention)
+
+
+def test_llama3_70b_on_64_h100s_is_70_6b_params_and_zero3_is_smallest():
+    ps = {
+        s: _predict(["model=llama3_70b", "world_size=64", "workload.dtype=bf16", f"strategy={s}"])
+        for s in ("dp", "zero1", "zero2", "zero3")
+    }
+    assert ps["dp"].num_params == 70_553_706_496
+    totals = [ps[s].mem.total for s in ("dp", "zero1", "zero2", "zero3")]
+    assert totals == sorted(totals, reverse=True)
+    assert ps["dp"].mem.total > 1000 * GIB
+
+
+def _fake(strategy: str, total_gib: float, tokens_per_s: float | None) -> Prediction:
+    step = None if tokens_per_s is None else 1000 / tokens_per_s
+    return Prediction(
+        strategy=strategy,
+        layout=Layout(world_size=8, dp=8, tp=1, pp=1, zero_stage=0),
+        num_params=1,
+        mem=Memory(params=total_gib * GIB, grads=0, optimizer=0, activations=0),
+        device_mem_bytes=80 * GIB,
+        comm_bytes={},
+        offload_bytes_per_step=0.0,
+        time_s={},
+        num_tokens_per_step=1000,
+        flops_per_token=1.0,
+        step_time_s=step,
+        tokens_per_s=tokens_per_s,
+        cost_usd_per_1m_tokens=None,
+    )
+
+
+def test_recommend_takes_the_fastest_that_fits_and_names_the_numbers():
+    best, reason = recommend(
+        [_fake("dp", 112, 2000), _fake("zero2", 31.2, 1200), _fake("zero3", 14, 1000)]
+    )
+    assert best == "zero2"
+    assert "31.2 of 80.0 GiB" in reason and "1,200 tokens/s" in reason
+    assert "dp does not fit (112.0 GiB)" in reason
+
+
+def test_recommend_prefers_less_sharding_within_two_percent_and_none_when_nothing_fits():
+    best, reason = recommend([_fake("zero3", 14, 1010), _fake("zero1", 40, 1000)])
+    assert best == "zero1" and "within 2%" in reason
+    best, reason = recommend([_fake("dp", 112, 2000), _fake("zero3", 90, 1000)])
+    assert best is None and "zero3 at 90.0 of 80.0 GiB" in reason
+
+
+def test_pred_vs_measured_adds_the_cpu_runtime_and_gives_relative_errors():
+    cfg = compose_config(["model=tiny", "hardware=cpu"])
+    layout = validate(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["hardware"]["peak_tflops_fp32"] = 0.166
+    resolved["layout"] = layout.as_dict()
+    pred = predict(resolved, resolved["layout"], resolved["hardware"])
+    out = pred_vs_measured(resolved, layout, {"peak_mem_gib": 0.73, "step_time_s_p50": 1.03})
+    expected_mem = pred.mem.total / GIB + analytic.CPU_RUNTIME_OVERHEAD_GIB
+    assert out["pred_peak_mem_gib"] == pytest.approx(expected_mem)
+    assert out["mem_pred_rel_err"] == pytest.approx((expected_mem - 0.73) / 0.73)
+    assert out["time_pred_rel_err"] == pytest.approx((pred.step_time_s - 1.03) / 1.03)
+    assert out["pred_comm_bytes_per_step"] == pred.comm_bytes_per_step > 0
+    json.dumps(out)
+    # without a peak there is no time prediction, and no error is made up
+    resolved["hardware"]["peak_tflops_fp32"] = None
+    assert set(pred_vs_measured(resolved, layout, {"peak_mem_gib": 0.7})) == {
+        "pred_peak_mem_gib",
+        "pred_comm_bytes_per_step",
+        "mem_pred_rel_err",
+    }

@@ -1,0 +1,107 @@
+"""hw.* tags (nvidia-smi and /proc parsing, this machine's tags), check_mfu, the peak cache and
+hardware.peak_source (validation, a cached measured peak). Calibration runs: tests/e2e."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from distbench import calibrate, hardware
+from distbench.config import ConfigError, validate
+from distbench.metrics import check_mfu
+from tests.conftest import CONF_DIR, compose_config
+
+pytestmark = pytest.mark.unit
+
+SMI = (
+    "NVIDIA H100 80GB HBM3, 81559 MiB, 1980 MHz, 9.0\n"
+    "NVIDIA H100 80GB HBM3, 81559 MiB, 1980 MHz, 9.0\n"
+    "Tesla T4, 15360 MiB, [N/A], [N/A]\n"
+)
+
+
+def test_nvidia_smi_lines_become_the_gpu_table():
+    gpus = hardware.parse_nvidia_smi(SMI)
+    assert gpus[0] == {
+        "name": "NVIDIA H100 80GB HBM3",
+        "mem_gib": "79.6",
+        "sm_clock_mhz": "1980",
+        "compute_capability": "9.0",
+    }
+    assert len(gpus) == 3
+    assert gpus[2]["sm_clock_mhz"] == "" and gpus[2]["compute_capability"] == ""
+
+
+def test_cpu_model_and_memory_from_proc():
+    cpuinfo = "processor\t: 0\nmodel name\t: AMD EPYC  7B13 64-Core Processor\nflags\t: avx2\n"
+    assert hardware.parse_cpu_model(cpuinfo) == "AMD EPYC 7B13 64-Core Processor"
+    assert hardware.parse_cpu_model("processor: 0\n") == "unknown"
+    assert hardware.parse_mem_total_gib("MemTotal:       24641536 kB\n") == pytest.approx(
+        23.5, 0.01
+    )
+
+
+def test_this_machine_has_cpu_tags_and_the_cores_this_process_may_use():
+    tags = hardware.detect_tags()
+    assert all(k.startswith("hw.") and isinstance(v, str) and v for k, v in tags.items())
+    assert tags["hw.cpu_cores"] == str(len(os.sched_getaffinity(0)))
+    assert tags["hw.cpu_model"] != "unknown"
+    if not hardware.detect_gpus():  # this CI machine: the CPU is the device
+        assert tags["hw.device"] == "cpu"
+        assert tags["hw.device_name"] == tags["hw.cpu_model"]
+        assert tags["hw.device_count"] == tags["hw.cpu_cores"]
+        assert float(tags["hw.mem_gib"]) > 0
+
+
+def test_hardware_does_not_import_torch():
+    code = "import sys, distbench.hardware as h; h.detect_tags(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("mfu", [0.0, 12.5, 100.0, None])
+def test_a_possible_mfu_passes(mfu):
+    assert check_mfu(mfu) is None
+
+
+def test_an_mfu_above_100_percent_is_an_error_naming_the_peak():
+    reason = check_mfu(134.2, peak_tflops_per_device=0.0351)
+    assert reason.startswith("mfu_pct=134.2 > 100")
+    assert "0.0351 TFLOP/s" in reason and "peak_source=measured" in reason
+    assert check_mfu(math.inf) and check_mfu(-1.0)
+
+
+def test_peak_source_must_be_catalog_or_measured():
+    validate(compose_config(["hardware.peak_source=measured"]))
+    with pytest.raises(ConfigError, match=r"hardware.peak_source='datasheet' is not allowed"):
+        validate(compose_config(["hardware.peak_source=datasheet"]))
+
+
+def test_the_peak_cache_is_keyed_by_host_device_dtype_and_threads(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    assert calibrate.cached_peak("cpu X", "fp32", 1) is None
+    calibrate.store_peak("cpu X", "fp32", 1, {"tflops": 0.05})
+    calibrate.store_peak("cpu X", "fp32", 2, {"tflops": 0.09})
+    assert calibrate.cached_peak("cpu X", "fp32", 1) == 0.05
+    assert calibrate.cached_peak("cpu X", "fp32", 2) == 0.09
+    assert calibrate.cached_peak("cpu X", "bf16", 1) is None
+    keys = json.loads((tmp_path / "peak_tflops.json").read_text())
+    assert calibrate.cache_key("cpu X", "fp32", 1) in keys
+
+
+def test_a_cached_measured_peak_replaces_the_catalog_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    name = hardware._device_name("cpu")
+    calibrate.store_peak(name, "fp32", 1, {"tflops": 0.0421})
+    hw = hardware.resolve_hardware(
+        {"name": "cpu", "device": "cpu", "peak_source": "measured"}, CONF_DIR, dtypes=["fp32"]
+    )
+    assert hw["peak_tflops_fp32"] == 0.0421 and hw["peak_source"] == "measured"
+    catalog = hardware.resolve_hardware({"name": "cpu", "device": "cpu"}, CONF_DIR)
+    assert hw["catalog_peak_tflops_fp32"] == catalog["peak_tflops_fp32"]
+    assert hw["peak_tflops_bf16"] == catalog["peak_tflops_bf16"]  # not asked for

@@ -1,0 +1,66 @@
+"""`distbench plan`'s logic: every strategy composed, validated and predicted; refusals kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distbench.plan import make_plan, plan_json, plan_table, project_dir, strategy_options
+from tests.conftest import CONF_DIR, PROJECT_DIR
+
+pytestmark = pytest.mark.unit
+
+KEYS = {
+    "strategy",
+    "world_size",
+    "num_params",
+    "mem_bytes",
+    "fits",
+    "comm_bytes_per_step",
+    "step_time_s",
+    "tokens_per_s",
+    "cost_usd_per_1m_tokens",
+    "recommended",
+}
+
+
+def test_project_dir_is_the_checkout_with_conf():
+    assert project_dir() == PROJECT_DIR
+    assert strategy_options(CONF_DIR)[:3] == ["dp", "zero1", "zero2"]
+
+
+def test_every_strategy_predicted_for_llama3_8b_on_8_h100():
+    plan = make_plan(["model=llama3_8b", "world_size=8", "hardware=h100_sxm"])
+    assert sorted(p.strategy for p in plan.predictions) == sorted(strategy_options(CONF_DIR))
+    assert plan.refused == {}
+    rows = plan_json(plan)
+    json.dumps(rows)  # plain JSON
+    *predictions, final = rows
+    for row in predictions:
+        assert set(row) >= KEYS, row["strategy"]
+        assert set(row["mem_bytes"]) >= {"params", "grads", "optimizer", "activations", "total"}
+        assert row["world_size"] == 8
+    assert final["recommendation"] == plan.recommendation
+    assert [r["strategy"] for r in predictions if r["recommended"]] == [plan.recommendation]
+    dp = next(r for r in predictions if r["strategy"] == "dp")
+    assert dp["fits"] is False  # fp32: 16 bytes × 8B params
+    assert "dp does not fit" in final["reason"]
+    assert plan_table(plan).row_count == len(predictions)
+
+
+def test_refused_strategies_are_listed_with_their_reason():
+    plan = make_plan(["world_size=3", "hardware=cpu"], ["dp", "tp", "pp"])
+    assert [p.strategy for p in plan.predictions] == ["dp"]
+    assert "world_size(3) is not divisible by tp(2)" in plan.refused["tp"]
+    assert "pp" in plan.refused
+    assert plan_json(plan)[-1]["refused"] == plan.refused
+
+
+def test_strategy_override_picks_the_strategies_and_auto_works_on_this_host():
+    plan = make_plan(["strategy=dp,zero3", "hardware=auto"])
+    assert [p.strategy for p in plan.predictions] == ["dp", "zero3"]
+    if plan.hardware["device"] == "cpu":  # no GPU here: the CPU estimate and host memory
+        assert plan.hardware["peak_tflops_fp32"] > 0 and plan.hardware["mem_gib"] > 0
+        assert all(p.fits and p.step_time_s > 0 for p in plan.predictions)
+    assert plan.recommendation == "dp"  # the tiny model fits: least communication wins

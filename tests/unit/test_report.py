@@ -1,0 +1,169 @@
+"""The report's pure functions on a hand-made table of runs: pivots, best per metric, the Pareto
+front, scaling efficiency, missing metrics (failed runs, other workloads) and the documents."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from distbench import report
+
+pytestmark = pytest.mark.unit
+
+NAN = float("nan")
+
+
+def runs() -> pd.DataFrame:
+    """dp and zero3 at 1, 2 and 4 ranks, one failed tp run, one gemm run without train metrics."""
+    rows = [
+        # name, strategy, ws, zero, status, step p50, tokens/s, peak mem, cost
+        ("dp-ws1-z0", "dp", 1, "0", "FINISHED", 1.0, 1000.0, 2.0, 0.10),
+        ("dp-ws2-z0", "dp", 2, "0", "FINISHED", 1.0, 1800.0, 2.0, 0.11),
+        ("dp-ws4-z0", "dp", 4, "0", "FINISHED", 1.0, 3000.0, 2.1, 0.13),
+        ("zero3-ws2-z3", "zero3", 2, "3", "FINISHED", 1.5, 1200.0, 1.0, 0.16),
+        ("zero3-ws4-z3", "zero3", 4, "3", "FINISHED", 1.5, 2000.0, 0.6, 0.20),
+        ("tp-ws3-z0", "tp", 3, "0", "FAILED", NAN, NAN, NAN, NAN),
+    ]
+    df = pd.DataFrame(
+        rows,
+        columns=[
+            "run_name",
+            "strategy",
+            "world_size",
+            "zero_stage",
+            "status",
+            "step_time_s_p50",
+            "throughput_tokens_per_s",
+            "peak_mem_gib",
+            "cost_usd_per_1m_tokens",
+        ],
+    )
+    df["run_id"] = [f"id{i}" for i in range(len(df))]
+    df["tflops_per_device"] = df["throughput_tokens_per_s"] / df["world_size"] * 1e-3
+    df["peak_mem_gib_rank0"] = df["peak_mem_gib"]
+    df["peak_mem_gib_rank1"] = df["peak_mem_gib"] * 0.9
+    df["pred_peak_mem_gib"] = df["peak_mem_gib"] * 1.5
+    df["pred_step_time_s"] = df["step_time_s_p50"] * 0.5
+    df["failure_kind"] = [None] * 5 + ["invalid_config"]
+    df["failure_reason"] = [None] * 5 + ["world_size(3) is not divisible by tp(2) * pp(1)"]
+    gemm = {"run_name": "dp-ws2-z0-gemm", "strategy": "dp", "world_size": 2, "zero_stage": "0"}
+    gemm.update(status="FINISHED", workload="gemm", run_id="idg", gemm_time_s_p50=0.01)
+    return pd.concat([df, pd.DataFrame([gemm])], ignore_index=True)
+
+
+def test_pivot_is_strategy_by_world_size_over_finished_runs():
+    table = report.pivot(runs(), "throughput_tokens_per_s")
+    assert list(table.index) == ["dp", "zero3"]  # the failed tp run has no value
+    assert list(table.columns) == [1, 2, 4]
+    assert table.loc["dp", 4] == 3000.0
+    assert table.loc["zero3", 2] == 1200.0
+    assert math.isnan(table.loc["zero3", 1])
+
+
+def test_pivot_of_a_metric_nobody_has_is_empty():
+    assert report.pivot(runs(), "mfu_pct").empty
+    assert report.pivot(runs().drop(columns="world_size"), "peak_mem_gib").empty
+
+
+def test_pivot_splits_a_strategy_run_at_several_zero_stages():
+    df = runs()
+    df.loc[df["run_name"] == "dp-ws4-z0", "zero_stage"] = "1"
+    assert set(report.pivot(df, "peak_mem_gib").index) == {"dp-z0", "dp-z1", "zero3"}
+
+
+def test_best_per_metric_takes_min_for_time_memory_cost_and_max_for_speed():
+    best = report.best_per_metric(runs()).set_index("metric")
+    assert best.loc["throughput_tokens_per_s", "run_name"] == "dp-ws4-z0"
+    assert best.loc["peak_mem_gib", "run_name"] == "zero3-ws4-z3"
+    assert best.loc["peak_mem_gib", "value"] == 0.6
+    assert best.loc["cost_usd_per_1m_tokens", "run_name"] == "dp-ws1-z0"
+    assert best.loc["step_time_s_p50", "goal"] == "min"
+    assert best.loc["tflops_per_device", "run_name"] == "dp-ws1-z0"  # 1.0 per device
+    assert "mfu_pct" not in best.index  # no run has it
+
+
+def test_pareto_front_keeps_the_runs_nothing_beats_on_both_memory_and_throughput():
+    front = report.pareto_front(runs())
+    # zero3-ws4 (0.6 GiB, 2000 tokens/s) is the leanest, dp-ws4 (2.1 GiB, 3000) the fastest;
+    # zero3-ws4 beats dp-ws1, dp-ws2 and zero3-ws2 on both axes.
+    assert list(front["run_name"]) == ["zero3-ws4-z3", "dp-ws4-z0"]
+
+
+def test_pareto_front_keeps_ties_and_drops_strictly_dominated_points():
+    df = pd.DataFrame(
+        {
+            "status": ["FINISHED"] * 4,
+            "run_name": list("abcd"),
+            "peak_mem_gib": [1.0, 1.0, 2.0, 3.0],
+            "throughput_tokens_per_s": [10.0, 10.0, 20.0, 15.0],
+        }
+    )
+    assert list(report.pareto_front(df)["run_name"]) == ["a", "b", "c"]
+
+
+def test_scaling_efficiency_is_per_device_throughput_over_the_smallest_world_size():
+    eff = report.scaling_efficiency(runs()).set_index(["label", "world_size"])
+    assert eff.loc[("dp", 1), "efficiency"] == 1.0
+    assert eff.loc[("dp", 2), "efficiency"] == pytest.approx(0.9)  # 900 / 1000
+    assert eff.loc[("dp", 4), "efficiency"] == pytest.approx(0.75)  # 750 / 1000
+    assert eff.loc[("zero3", 2), "efficiency"] == 1.0  # its smallest world size is 2
+    assert eff.loc[("zero3", 4), "efficiency"] == pytest.approx(500 / 600)
+    assert eff.loc[("dp", 4), "throughput_per_device"] == 750.0
+
+
+def test_failed_runs_carry_kind_and_reason():
+    failed = report.failed_runs(runs())
+    assert list(failed["run_name"]) == ["tp-ws3-z0"]
+    assert failed.iloc[0]["failure_kind"] == "invalid_config"
+    assert "tp(2)" in failed.iloc[0]["failure_reason"]
+
+
+def test_pred_vs_measured_recomputes_missing_relative_errors():
+    table = report.pred_vs_measured(runs()).set_index("run_name")
+    assert table.loc["dp-ws1-z0", "mem_pred_rel_err"] == pytest.approx(0.5)
+    assert table.loc["dp-ws1-z0", "time_pred_rel_err"] == pytest.approx(-0.5)
+    assert "tp-ws3-z0" not in table.index
+
+
+def test_a_table_without_any_train_metric_yields_empty_sections_not_errors(tmp_path):
+    df = pd.DataFrame(
+        {
+            "run_id": ["a", "b"],
+            "run_name": ["dp-ws2-z0", "dp-ws2-z0"],
+            "status": ["FINISHED", "FAILED"],
+            "strategy": ["dp", "dp"],
+            "world_size": [2, 2],
+            "workload": ["collectives", "collectives"],
+            "busbw_gbps_all_reduce": [1.2, np.nan],
+        }
+    )
+    files, sections = report.write_report(df, tmp_path, "collectives only")
+    assert sections.best.empty and sections.pivots == [] and sections.plots == []
+    assert sections.pred.empty
+    assert {p.name for p in files} == {"report.md", "report.html", "runs.csv"}
+    assert "_none_" in (tmp_path / "report.md").read_text()
+
+
+def test_report_documents_hold_the_pivots_the_verdict_and_every_plot(tmp_path):
+    files, _ = report.write_report(runs(), tmp_path, "hand-made")
+    names = {p.name for p in files}
+    assert {name for name, _ in report.PLOTS} <= names
+    md = (tmp_path / "report.md").read_text()
+    assert "| strategy | 1 | 2 | 4 |" in md
+    assert "| dp | 1000 | 1800 | 3000 |" in md
+    assert "best throughput (tokens/s) (max): 3000  dp-ws4-z0" in md
+    assert "invalid_config" in md
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("<img ") == len(report.PLOTS) and "<table" in html
+    for name, _ in report.PLOTS:
+        assert (tmp_path / name).stat().st_size > 5000
+    back = pd.read_csv(tmp_path / "runs.csv")
+    assert len(back) == len(runs()) and "gemm_time_s_p50" in back
+
+
+def test_markdown_table_escapes_pipes_and_marks_missing_values():
+    df = pd.DataFrame({"a": ["x|y", None], "b": [1.23456, np.nan]})
+    assert report.markdown_table(df).splitlines()[2:] == ["| x\\|y | 1.235 |", "| - | - |"]

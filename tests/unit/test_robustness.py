@@ -1,0 +1,141 @@
+"""Pure pieces of "sweeps that survive": heartbeats, signatures, secret masking, and validation
+that refuses any input with a message, never a traceback (property-based)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from distbench.config import ConfigError, validate
+from distbench.orchestrator import device_shortfall
+from distbench.secrets_mask import mask_text, mask_tree
+from distbench.signature import run_signature
+from distbench.tracking import require_writable
+from distbench.watchdog import Watchdog
+from tests.conftest import compose_config, config_options
+
+pytestmark = pytest.mark.unit
+
+LIMITS = SimpleNamespace(startup_timeout_s=30.0, stall_timeout_s=10.0, max_mem_gib=None)
+
+
+def beat(job_dir, rank, step, age_s):
+    path = job_dir / "heartbeat" / f"rank{rank}"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(str(step))
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+
+
+def test_fresh_heartbeats_are_fine_and_a_stale_one_is_a_timeout(tmp_path):
+    dog = Watchdog(tmp_path, 2, LIMITS)
+    beat(tmp_path, 0, 4, age_s=1)
+    beat(tmp_path, 1, 4, age_s=2)
+    assert dog.check_heartbeats(time.time()) is None
+    beat(tmp_path, 1, 3, age_s=15)
+    kind, reason = dog.check_heartbeats(time.time())
+    assert kind == "timeout" and reason.startswith("no progress for 15 s on rank 1")
+    assert "last heartbeat at step 3" in reason
+
+
+def test_a_rank_that_never_starts_is_a_timeout_after_the_startup_limit(tmp_path):
+    dog = Watchdog(tmp_path, 2, LIMITS)
+    beat(tmp_path, 0, -1, age_s=0)
+    assert dog.check_heartbeats(time.time()) is None
+    kind, reason = dog.check_heartbeats(time.time() + 31)
+    assert kind == "timeout" and "rank 1 did not start" in reason
+
+
+def test_signature_ignores_where_results_go_but_not_what_is_measured():
+    base = {"strategy": {"name": "dp"}, "world_size": 2, "tracking": {"uri": "a"}}
+    assert run_signature(base) == run_signature({**base, "tracking": {"uri": "b"}, "resume": True})
+    assert run_signature(base) != run_signature({**base, "world_size": 4})
+    assert len(run_signature(base)) == 16
+
+
+def test_secrets_are_masked_in_keys_and_uris():
+    tree = {
+        "tracking": {"uri": "https://alice:s3cr3t@mlflow.example/x", "token": "abc"},
+        "model": {"name": "tiny"},
+        "hf_api_key": "hf_123",
+    }
+    masked = mask_tree(tree)
+    assert masked["tracking"]["uri"] == "https://alice:***@mlflow.example/x"
+    assert masked["tracking"]["token"] == "***" and masked["hf_api_key"] == "***"
+    assert masked["model"] == {"name": "tiny"}
+    assert "s3cr3t" not in mask_text("failed: postgresql://u:s3cr3t@db:5432/mlflow")
+
+
+KEYS = st.sampled_from(
+    [
+        "world_size",
+        "strategy.tp",
+        "strategy.pp",
+        "strategy.dp",
+        "batch.micro_batch_size",
+        "batch.grad_accum_steps",
+        "batch.seq_len",
+        "model.num_heads",
+        "model.num_kv_heads",
+        "model.num_layers",
+        "model.hidden_size",
+        "workload.num_steps",
+        "workload.num_warmup_steps",
+        "zero_stage",
+        "limits.stall_timeout_s",
+        "limits.max_mem_gib",
+        "fault.rank",
+    ]
+)
+OVERRIDES = st.lists(st.tuples(KEYS, st.integers(-3, 70)), max_size=5)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    strategy=st.sampled_from(config_options("strategy")),
+    model=st.sampled_from(config_options("model")),
+    workload=st.sampled_from(config_options("workload")),
+    overrides=OVERRIDES,
+)
+def test_validation_accepts_or_refuses_in_one_line_never_crashes(
+    strategy, model, workload, overrides
+):
+    cfg = compose_config(
+        [
+            f"strategy={strategy}",
+            f"model={model}",
+            f"workload={workload}",
+            *(f"{k}={v}" for k, v in dict(overrides).items()),
+        ]
+    )
+    try:
+        layout = validate(cfg)
+    except ConfigError as err:
+        message = str(err)
+        assert message and "\n" not in message
+        return
+    assert layout.world_size == cfg.world_size >= 1
+    assert layout.dp * layout.tp * layout.pp == layout.world_size
+
+
+def test_an_unwritable_output_dir_exits_with_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        require_writable(Path("/proc/distbench-cannot-write/job"))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write the output dir /proc/distbench-cannot-write" in err[0]
+
+
+def test_more_cuda_ranks_than_gpus_is_refused():
+    assert device_shortfall("cpu", 64) is None
+    from distbench.hardware import gpu_names
+
+    visible = len(gpu_names())
+    message = device_shortfall("cuda", visible + 1)
+    assert message.startswith(f"nproc_per_node({visible + 1}) > the {visible} CUDA device(s)")
