@@ -21,7 +21,10 @@ from distbench.comm_metrics import COLLECTIVES
 from distbench.gemm_metrics import SHARDINGS
 from distbench.workloads import WORKLOAD_MODULES
 
-ENGINES = ("deepspeed",)
+ENGINES = ("deepspeed", "torch")
+# The torch engine's data parallelism across replicas and its pipeline schedules.
+TORCH_DATA_PARALLEL = ("ddp", "fsdp")
+PP_SCHEDULES = ("gpipe", "1f1b")
 DTYPES = ("fp32", "bf16", "fp16")
 MODEL_FAMILIES = ("llama", "gpt2")
 TRACKING_BACKENDS = ("sqlite", "server", "none")
@@ -71,6 +74,10 @@ class StrategyConfig:
     default_zero_stage: int = 0
     offload_optimizer: str = "none"  # none | cpu
     offload_param: str = "none"  # none | cpu
+    # engine=torch only (None for deepspeed): ddp | fsdp across replicas (None: ddp), and the
+    # torch.distributed.pipelining schedule gpipe | 1f1b (None: gpipe).
+    data_parallel: str | None = None
+    pp_schedule: str | None = None
 
 
 @dataclass
@@ -170,6 +177,20 @@ class CollectivesConfig:
     emulate: list[str] = field(default_factory=list)
 
 
+DECODINGS = ("greedy",)
+
+
+@dataclass
+class InferenceConfig:
+    """workload=inference: per request batch (a step), every data-parallel replica prefills
+    batch_size prompts of prompt_len tokens and decodes num_new_tokens greedily (KV cache)."""
+
+    num_new_tokens: int = 16  # >= 2: the first comes from prefill, the rest are decode steps
+    prompt_len: int | None = None  # None: batch.seq_len
+    batch_size: int | None = None  # prompts per replica; None: batch.micro_batch_size
+    decoding: str = "greedy"  # argmax, no sampling (deterministic across layouts)
+
+
 @dataclass
 class Config:
     model: ModelConfig = MISSING
@@ -185,6 +206,7 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     gemm: GemmConfig = field(default_factory=GemmConfig)
     collectives: CollectivesConfig = field(default_factory=CollectivesConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     world_size: int = 2
     nproc_per_node: int | None = None  # None: all ranks on this node
@@ -282,12 +304,69 @@ def validate_limits(cfg: Any) -> None:
         raise ConfigError(f"fault.rank={fault.rank} is not a rank of world_size({cfg.world_size})")
 
 
+def validate_engine(cfg: Any, tp: int, pp: int) -> None:
+    """What each engine runs: the torch engine has no ZeRO stage, no offload, TP of Llama only,
+    untied embeddings under pp and 1F1B with at least pp micro-batches; its fields
+    (data_parallel, pp_schedule) are refused on the deepspeed engine."""
+    strategy, model, name = cfg.strategy, cfg.model, cfg.strategy.name
+    if strategy.engine != "torch":
+        for what in ("data_parallel", "pp_schedule"):
+            if strategy[what] is not None:
+                raise ConfigError(
+                    f"strategy.{what}={strategy[what]!r} is the torch engine's; strategy={name} "
+                    "runs on deepspeed (ZeRO stages shard, its PipelineEngine runs 1F1B)"
+                )
+        return
+    stage = next(
+        (s for s in (cfg.zero_stage, strategy.zero_stage) if s is not None),
+        strategy.default_zero_stage or None,
+    )
+    if stage is not None:
+        raise ConfigError(
+            f"strategy={name} has no ZeRO stage (zero_stage={stage} given); ZeRO is the "
+            "deepspeed engine's (fsdp shards like ZeRO-3)"
+        )
+    for what in ("offload_optimizer", "offload_param"):
+        if strategy[what] != "none":
+            raise ConfigError(
+                f"strategy={name} has no offload (strategy.{what}={strategy[what]!r}); "
+                "offload is the deepspeed engine's (strategy=zero2_offload, zero3_offload)"
+            )
+    if strategy.data_parallel is not None:
+        _one_of("strategy.data_parallel", strategy.data_parallel, TORCH_DATA_PARALLEL)
+    if strategy.pp_schedule is not None:
+        _one_of("strategy.pp_schedule", strategy.pp_schedule, PP_SCHEDULES)
+    if tp > 1 and model.family != "llama":
+        raise ConfigError(
+            f"strategy={name} with tp({tp}) shards Llama's q/k/v/o and gate/up/down projections; "
+            f"model.family={model.family} is not llama (use the deepspeed engine: strategy=tp)"
+        )
+    if tp > 1 and model.intermediate_size % tp:
+        raise ConfigError(
+            f"model.intermediate_size({model.intermediate_size}) is not divisible by tp({tp}); "
+            "the MLP's gate/up/down are split evenly"
+        )
+    if pp > 1 and model.tie_word_embeddings:
+        raise ConfigError(
+            f"model.tie_word_embeddings=true cannot be split over pp({pp}) stages by the torch "
+            "engine (embedding and LM head sit on different stages); use strategy=pp"
+        )
+    micro_batches = cfg.batch.grad_accum_steps
+    if pp > 1 and strategy.pp_schedule == "1f1b" and micro_batches < pp:
+        raise ConfigError(
+            f"strategy.pp_schedule=1f1b needs batch.grad_accum_steps({micro_batches}) >= pp({pp}) "
+            "micro-batches; raise grad_accum_steps or use pp_schedule=gpipe"
+        )
+
+
 def validate(cfg: Any) -> Layout:
     """Check a composed config; return its Layout or raise ConfigError (one line, numbers in it)."""
     model, strategy, batch, workload = cfg.model, cfg.strategy, cfg.batch, cfg.workload
     _one_of("workload", workload.name, tuple(WORKLOAD_MODULES))
     if workload.name in RAW_WORKLOADS:
         return validate_raw(cfg)
+    if workload.name == "inference":
+        return validate_inference(cfg)
     _one_of("strategy.engine", strategy.engine, ENGINES)
     _one_of("workload.dtype", workload.dtype, DTYPES)
     _one_of("model.family", model.family, MODEL_FAMILIES)
@@ -296,7 +375,13 @@ def validate(cfg: Any) -> Layout:
     _one_of("strategy.offload_optimizer", strategy.offload_optimizer, OFFLOAD_DEVICES)
     _one_of("strategy.offload_param", strategy.offload_param, OFFLOAD_DEVICES)
 
+    if strategy.name == "single" and cfg.world_size != 1:
+        raise ConfigError(
+            f"strategy=single runs on one device, got world_size={cfg.world_size}; "
+            "use world_size=1 or strategy=ddp"
+        )
     dp, tp, pp = resolve_degrees(cfg.world_size, strategy.dp, strategy.tp, strategy.pp)
+    validate_engine(cfg, tp, pp)
     zero_stage = resolve_zero_stage(strategy, cfg.zero_stage)
 
     for what in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "vocab_size"):
@@ -346,7 +431,7 @@ def validate(cfg: Any) -> Layout:
             f"pipeline parallelism (pp={pp}) runs with zero_stage 0 or 1 only, "
             f"got zero_stage={zero_stage} (DeepSpeed's PipelineEngine does not shard gradients)"
         )
-    if pp > 1 and tp > 1:
+    if strategy.engine == "deepspeed" and pp > 1 and tp > 1:
         raise ConfigError(
             f"tp({tp}) with pp({pp}) is not supported by the deepspeed engine here; "
             "use tp or pp alone with dp"
@@ -410,3 +495,81 @@ def validate_raw(cfg: Any) -> Layout:
         if c.factor < 2:
             raise ConfigError(f"collectives.factor={c.factor} must be >= 2 (sizes must grow)")
     return Layout(world_size=ws, dp=ws, tp=1, pp=1, zero_stage=0)
+
+
+def inference_sizes(inference: Any, batch: Any) -> tuple[int, int]:
+    """(prompt_len, batch_size per replica) of workload=inference: inference.prompt_len and
+    inference.batch_size, or batch.seq_len and batch.micro_batch_size where those are null."""
+    prompt_len = inference["prompt_len"]
+    batch_size = inference["batch_size"]
+    return (
+        int(batch["seq_len"] if prompt_len is None else prompt_len),
+        int(batch["micro_batch_size"] if batch_size is None else batch_size),
+    )
+
+
+def validate_inference(cfg: Any) -> Layout:
+    """Checks of workload=inference: whole-weight data-parallel replicas (dp, ddp, zero1/2: their
+    training state does not exist at inference) or DeepSpeed AutoTP (strategy.tp > 1); no
+    pipeline, nothing that shards or moves the weights across replicas."""
+    model, strategy, workload, inf = cfg.model, cfg.strategy, cfg.workload, cfg.inference
+    _one_of("strategy.engine", strategy.engine, ENGINES)
+    _one_of("workload.dtype", workload.dtype, DTYPES)
+    _one_of("model.family", model.family, MODEL_FAMILIES)
+    _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
+    _one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
+    _one_of("inference.decoding", inf.decoding, DECODINGS)
+    dp, tp, pp = resolve_degrees(cfg.world_size, strategy.dp, strategy.tp, strategy.pp)
+    zero_stage = resolve_zero_stage(strategy, cfg.zero_stage)
+    name = strategy.name
+    if pp > 1:
+        raise ConfigError(
+            f"workload=inference runs data-parallel replicas or tensor parallelism, not pp({pp}); "
+            "use strategy=dp or strategy=tp"
+        )
+    if tp > 1 and strategy.engine != "deepspeed":
+        raise ConfigError(
+            f"workload=inference splits tp({tp}) with DeepSpeed AutoTP (init_inference), "
+            f"strategy={name} is engine={strategy.engine}; use strategy=tp"
+        )
+    sharded = zero_stage == 3 or strategy.offload_param != "none"
+    if sharded or strategy.get("data_parallel") == "fsdp":
+        raise ConfigError(
+            f"workload=inference keeps whole weights on every replica; strategy={name} "
+            f"(zero_stage={zero_stage}) shards or offloads them; use strategy=dp or strategy=tp"
+        )
+    for what in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "vocab_size"):
+        _positive(f"model.{what}", getattr(model, what))
+    for heads in ("num_heads", "num_kv_heads"):
+        if getattr(model, heads) % tp:
+            raise ConfigError(
+                f"model.{heads}({getattr(model, heads)}) is not divisible by tp({tp}); "
+                f"tensor parallelism splits whole heads"
+            )
+    if model.pretrained_path is not None and not Path(model.pretrained_path).is_dir():
+        raise ConfigError(f"model.pretrained_path={model.pretrained_path!r} is not a directory")
+    prompt_len, batch_size = inference_sizes(inf, cfg.batch)
+    _positive("inference.prompt_len (or batch.seq_len)", prompt_len)
+    _positive("inference.batch_size (or batch.micro_batch_size)", batch_size)
+    if inf.num_new_tokens < 2:
+        raise ConfigError(
+            f"inference.num_new_tokens={inf.num_new_tokens} must be >= 2: the first token "
+            "comes from prefill, decode needs at least one more"
+        )
+    if prompt_len + inf.num_new_tokens > model.max_position_embeddings:
+        raise ConfigError(
+            f"prompt_len({prompt_len}) + inference.num_new_tokens({inf.num_new_tokens}) > "
+            f"model.max_position_embeddings({model.max_position_embeddings})"
+        )
+    _positive("workload.num_steps", workload.num_steps)
+    if workload.num_warmup_steps < 0:
+        raise ConfigError(f"workload.num_warmup_steps={workload.num_warmup_steps} must be >= 0")
+    if cfg.hardware.device == "cpu" and workload.dtype == "fp16":
+        raise ConfigError("workload.dtype='fp16' does not run on CPU; use fp32 or bf16")
+    validate_limits(cfg)
+    nproc = cfg.nproc_per_node or cfg.world_size
+    if cfg.world_size % nproc:
+        raise ConfigError(
+            f"world_size({cfg.world_size}) is not divisible by nproc_per_node({nproc})"
+        )
+    return Layout(world_size=cfg.world_size, dp=dp, tp=tp, pp=1, zero_stage=zero_stage)

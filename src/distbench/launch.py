@@ -59,6 +59,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+MASTER_ADDR = "127.0.0.1"
+SHM_DIR = Path("/dev/shm")
+
+
+def remove_shm_leftovers(master_port: int, shm_dir: Path = SHM_DIR) -> list[Path]:
+    """Delete the shared-memory files of a finished job's ranks.
+
+    DeepSpeed's CPU all-reduce maps /dev/shm/deepspeed_*_<addr>_<port>_<rank> (66 MB each) and
+    never unlinks them, not even on a clean exit; a killed rank cannot. /dev/shm is RAM: a sweep
+    would fill the machine's memory within a hundred jobs. The port is unique to the job."""
+    leftovers = list(shm_dir.glob(f"*_{MASTER_ADDR}_{master_port}_*"))
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
+
+
 def worker_command(run_dir: str | Path, nproc_per_node: int, master_port: int) -> list[str]:
     """The torchrun command line for one single-node job."""
     return [
@@ -67,7 +83,7 @@ def worker_command(run_dir: str | Path, nproc_per_node: int, master_port: int) -
         "torch.distributed.run",
         f"--nproc_per_node={nproc_per_node}",
         "--nnodes=1",
-        "--master_addr=127.0.0.1",
+        f"--master_addr={MASTER_ADDR}",
         f"--master_port={master_port}",
         "-m",
         "distbench.worker",
@@ -188,8 +204,15 @@ def classify_failure(
         return "crash", f"rank {rank} killed by {_signal_name(signum)}"
     if any(p in stderr_tail for p in OOM_PATTERNS):
         return "oom", "out of memory (from the workers' stderr)"
-    last = next((ln for ln in reversed(stderr_tail.splitlines()) if ln.strip()), "")
-    return "crash", f"worker group exited with code {returncode}: {last.strip()[:300]}"
+    exited = re.search(r"\brank\s*:\s*(\d+).*?exitcode\s*:\s*(\d+)", stderr_tail, re.S)
+    if exited:
+        return "crash", (
+            f"rank {exited.group(1)} exited with code {exited.group(2)} "
+            "(no Python error recorded; see workers.stderr.log)"
+        )
+    meaningful = [ln.strip() for ln in stderr_tail.splitlines() if ln.strip().strip("=-*")]
+    last = meaningful[-1] if meaningful else ""
+    return "crash", f"worker group exited with code {returncode}: {last[:300]}"
 
 
 def _first_line(text: str) -> str:

@@ -16,9 +16,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from distbench import equivalence
 from distbench.config import ConfigError, resolve_zero_stage, validate
 from distbench.hardware import gpu_names, num_cpu_cores, resolve_hardware
-from distbench.launch import free_port, run_workers, worker_command, worker_env
+from distbench.launch import (
+    free_port,
+    remove_shm_leftovers,
+    run_workers,
+    worker_command,
+    worker_env,
+)
 from distbench.metrics import check_mfu
 from distbench.signature import run_signature
 from distbench.watchdog import Watchdog
@@ -62,6 +69,19 @@ def describe(cfg: DictConfig) -> dict[str, str]:
         "dtype": cfg.workload.dtype,
         "hardware": cfg.hardware.name,
     }
+
+
+def check_equivalence(resolved: dict, metrics: dict[str, float], job_dir: Path) -> dict[str, str]:
+    """Compare the first-step loss with the single-device reference: adds the metrics
+    loss_first_single and loss_rel_err_vs_single, returns the tags (equivalent=...)."""
+    try:
+        eq_metrics, eq_tags = equivalence.check(
+            resolved, metrics["loss_first"], metrics["num_params"], job_dir
+        )
+    except Exception as exc:  # the measurement stands; only the check is missing
+        return {"equivalent": "unchecked", "equivalence_note": f"reference failed: {exc}"[:500]}
+    metrics.update(eq_metrics)
+    return eq_tags
 
 
 def device_shortfall(device: str, nproc_per_node: int) -> str | None:
@@ -145,6 +165,7 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     signature = run_signature(OmegaConf.to_container(cfg, resolve=True))
     outcome: dict[str, Any] = {
         "job": label,
+        "micro_batch_size": cfg.batch.micro_batch_size,
         "job_dir": str(job_dir),
         "signature": signature,
         "run_name": run_name(cfg, tags["zero_stage"]),
@@ -193,7 +214,8 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     shortfall = device_shortfall(device, nproc)
     if shortfall:
         return refuse(shortfall)
-    cmd = worker_command(job_dir, nproc, free_port())
+    outcome["master_port"] = master_port = free_port()
+    cmd = worker_command(job_dir, nproc, master_port)
     env = worker_env(device, nproc, num_cpu_cores())
     watchdog = Watchdog(job_dir, nproc, cfg.limits)
     total_steps = cfg.workload.num_warmup_steps + cfg.workload.num_steps
@@ -206,6 +228,7 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
             on_poll=progress.update,
             watchdog=watchdog.check,
         )
+    remove_shm_leftovers(master_port)
     outcome["wall_time_s"] = launched.wall_time_s
     measured = Measured(metrics={})
     if launched.ok:
@@ -219,14 +242,19 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
             measured.metrics.pop("mfu_pct")
             outcome["mfu_error"] = mfu_error
             print(f"distbench: {label}: {mfu_error}")
+        if cfg.workload.name == "train":
+            outcome.update(check_equivalence(resolved, measured.metrics, job_dir))
         outcome.update(status="FINISHED", backend=result["backend"], layout=layout.as_dict())
         if result.get("emulated"):  # collectives the backend lacks ran as their equivalent
             outcome["emulated"] = json.dumps(result["emulated"], sort_keys=True)
     else:
+        reason = launched.failure_reason
+        if launched.failure_kind == "oom" and cfg.workload.name == "train":
+            reason += f" (batch.micro_batch_size={cfg.batch.micro_batch_size})"
         outcome.update(
             status="FAILED",
             failure_kind=launched.failure_kind,
-            failure_reason=launched.failure_reason,
+            failure_reason=reason,
             returncode=launched.returncode,
         )
         (job_dir / "stderr_tail.txt").write_text(launched.stderr_tail)
@@ -262,7 +290,16 @@ def _finish(
     tags.update(software_tags(project_dir))
     tags.update(detect_tags())
     tags.update({JOB_DIR_TAG: str(job_dir), SIGNATURE_TAG: outcome["signature"]})
-    for key in ("failure_kind", "failure_reason", "backend", "emulated", "mfu_error"):
+    for key in (
+        "failure_kind",
+        "failure_reason",
+        "backend",
+        "emulated",
+        "mfu_error",
+        "equivalent",
+        "equivalence_tolerance",
+        "equivalence_note",
+    ):
         if outcome.get(key):
             tags[key] = mask_text(str(outcome[key]))[:5000]
     upload_dir = job_dir / "upload"  # what is logged: the config with its secrets masked

@@ -26,6 +26,24 @@ COLUMNS = (
 )
 
 
+# The first-step loss against the single-device reference (distbench.equivalence).
+EQUIVALENT = {"true": "[green]yes[/green]", "false": "[red]NO[/red]", "unchecked": "?"}
+
+
+def largest_fitting_batches(outcomes: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """For each (strategy, world_size) whose sweep hit an OOM: the largest micro batch that
+    finished (the batch-size scan's answer)."""
+    oom_groups = {
+        (o["strategy"], o["world_size"]) for o in outcomes if o.get("failure_kind") == "oom"
+    }
+    largest = {}
+    for o in outcomes:
+        group = (o["strategy"], o["world_size"])
+        if group in oom_groups and o["status"] == "FINISHED" and "micro_batch_size" in o:
+            largest[group] = max(largest.get(group, 0), o["micro_batch_size"])
+    return largest
+
+
 def load_outcomes(sweep_dir: Path) -> list[dict[str, Any]]:
     """Every job's outcome in job order (Hydra names job dirs 0, 1, 2, ...)."""
     paths = sorted(
@@ -40,7 +58,9 @@ def _cell(metrics: dict[str, float], key: str, fmt: str) -> str:
 
 def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=title)
-    for header in ("strategy", "world", "zero", "status", *(c[0] for c in COLUMNS)):
+    # only the metric columns some job has: a train sweep shows no GEMM column, and so on
+    columns = [c for c in COLUMNS if any(c[1] in o.get("metrics", {}) for o in outcomes)]
+    for header in ("strategy", "world", "zero", "status", *(c[0] for c in columns), "= single"):
         table.add_column(header, justify="left" if header in ("strategy", "status") else "right")
     for o in outcomes:
         status = {
@@ -48,10 +68,11 @@ def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
             "SKIPPED": "[yellow]SKIPPED[/yellow] (resume)",
         }.get(o["status"], f"[red]FAILED[/red] {o.get('failure_kind')}")
         metrics = o.get("metrics", {})
-        cells = [_cell(metrics, key, fmt) for _, key, fmt in COLUMNS]
+        cells = [_cell(metrics, key, fmt) for _, key, fmt in columns]
         # raw workloads (gemm, collectives) have no strategy: show the workload instead
         name = o["strategy"] if o.get("workload", "train") == "train" else o["workload"]
-        table.add_row(name, o["world_size"], o["zero_stage"], status, *cells)
+        equivalent = EQUIVALENT.get(o.get("equivalent"), "-")
+        table.add_row(name, o["world_size"], o["zero_stage"], status, *cells, equivalent)
     return table
 
 
@@ -67,6 +88,12 @@ def print_summary(
                 f"{o.get('failure_kind')}: {o.get('failure_reason')}",
                 highlight=False,
             )
+    for (strategy, world_size), mbs in largest_fitting_batches(outcomes).items():
+        console.print(
+            f"  largest batch.micro_batch_size that fits: {mbs} "
+            f"({strategy}, world_size {world_size})",
+            highlight=False,
+        )
     if mlflow_url:
         console.print(f"MLflow runs: {mlflow_url}   (open it with: distbench ui)", highlight=False)
 

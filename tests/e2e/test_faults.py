@@ -7,6 +7,7 @@ goes on and exits 0, and no worker process outlives its job.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import psutil
 import pytest
@@ -55,6 +56,9 @@ def test_kill_stall_and_memory_cap_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert alloc["failure_reason"].startswith("rank 1 resident memory")
     assert "limits.max_mem_gib=2.5" in alloc["failure_reason"]
     assert not processes_mentioning(str(sweep_dir)), "a worker outlived its job"
+    # DeepSpeed's CPU all-reduce leaves 66 MB per rank in /dev/shm, killed ranks included
+    for job in (none, kill, stall, alloc):
+        assert not list(Path("/dev/shm").glob(f"*_127.0.0.1_{job['master_port']}_*"))
     children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
     kinds = sorted(children["tags.failure_kind"].dropna())
     assert kinds == ["crash", "oom", "timeout"]

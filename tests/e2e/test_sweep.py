@@ -32,6 +32,9 @@ METRICS = [
     "cost_usd_per_1m_tokens",
     "loss_first",
     "loss_last",
+    "pred_peak_mem_gib",
+    "pred_step_time_s",
+    "pred_comm_bytes_per_step",
 ]
 TAGS = [
     "strategy",
@@ -97,6 +100,9 @@ def test_the_readme_sweep_lands_one_parent_and_six_finished_children(tmp_path):
     four = children[children["tags.world_size"] == "4"]
     assert four["metrics.peak_mem_gib_rank3"].notna().all()
     assert set(children["tags.zero_stage"]) == {"0", "3"}
+    # every layout computes the single-device model's first-step loss (fp32 tolerance 1e-4)
+    assert (children["tags.equivalent"] == "true").all()
+    assert (children["metrics.loss_rel_err_vs_single"] < 1e-4).all()
     assert (children["params.strategy.name"] == children["tags.strategy"]).all()
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     artifacts = {a.path for a in client.list_artifacts(children.iloc[0]["run_id"])}

@@ -8,7 +8,13 @@ import time
 import psutil
 import pytest
 
-from distbench.launch import classify_failure, free_port, run_workers, worker_command
+from distbench.launch import (
+    classify_failure,
+    free_port,
+    remove_shm_leftovers,
+    run_workers,
+    worker_command,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -117,3 +123,21 @@ def test_root_cause_rank_is_reported_not_the_rank_torchrun_killed():
         "  exitcode  : -6 (pid: 1)\n"
     )
     assert classify_failure(1, [], tail) == ("crash", "rank 0 killed by SIGABRT")
+
+
+def test_shm_leftovers_of_the_job_port_are_removed_and_no_others(tmp_path):
+    ours = [tmp_path / f"deepspeed_allreduce_buffer_0_127.0.0.1_41000_{r}" for r in range(2)]
+    other = tmp_path / "deepspeed_allreduce_buffer_0_127.0.0.1_41001_0"
+    for path in (*ours, other):
+        path.write_bytes(b"x")
+    assert sorted(remove_shm_leftovers(41000, shm_dir=tmp_path)) == ours
+    assert [p.name for p in tmp_path.iterdir()] == [other.name]
+
+
+def test_a_rank_exiting_without_an_error_file_is_named():
+    tail = (
+        "Failures:\n  <NO_OTHER_FAILURES>\nRoot Cause\n[0]:\n  rank      : 3 (local_rank: 3)\n"
+        "  exitcode  : 1 (pid: 9)\n  error_file: <N/A>\n======================"
+    )
+    kind, reason = classify_failure(1, [], tail)
+    assert kind == "crash" and reason.startswith("rank 3 exited with code 1")

@@ -42,28 +42,53 @@ def ds_config(cfg: Any, layout: Layout) -> dict[str, Any]:
 
 
 @dataclass
-class Engine:
-    """A wrapped model and how to feed it: `dp_rank` picks this rank's slice of the batch."""
+class DeepSpeedEngine:
+    """A DeepSpeed engine behind the train loop's `Engine` interface (strategies/__init__.py).
+
+    Non-pipeline: forward, `engine.backward`, `engine.step` per micro-batch (DeepSpeed scales
+    the loss by 1/grad_accum_steps and steps the optimizer at the accumulation boundary).
+    Pipeline: `train_batch` over the micro-batches, whose loss every stage returns."""
 
     engine: Any
     dp_rank: int
+    coords: tuple[int, int, int]
     is_pipeline: bool
+    device: str
+
+    def train_step(self, micro_batches: list[Any]) -> float:
+        engine = self.engine
+        batches = [mb.to(self.device) for mb in micro_batches]
+        if self.is_pipeline:
+            return float(engine.train_batch(data_iter=iter([(mb, mb) for mb in batches])))
+        losses = []
+        for mb in batches:
+            loss = engine(input_ids=mb, labels=mb).loss
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.detach())
+        return float(sum(losses) / len(losses))
+
+    def num_params_local(self) -> int:
+        return sum(p.numel() for p in self.engine.module.parameters())
 
 
-def _data_parallel_rank(engine: Any, layout: Layout) -> int:
+def _grid_coords(engine: Any, layout: Layout) -> tuple[int, int, int]:
+    """This rank's (dp, pp, tp) in DeepSpeed's own grid. AutoTP lays ranks out (dp, tp), tp
+    fastest; the PipelineEngine's topology is (pipe, data), data fastest, so under pp > 1 the
+    ranks of one stage are consecutive (unlike the torch engine's (dp, pp, tp) grid)."""
     import torch.distributed as dist
 
     if layout.pp > 1:
-        return engine.grid.get_data_parallel_rank()
+        return (engine.grid.get_data_parallel_rank(), engine.grid.get_stage_id(), 0)
     if layout.tp > 1:
         from deepspeed.utils import groups
 
-        return groups._get_data_parallel_rank()
-    return dist.get_rank()
+        return (groups._get_data_parallel_rank(), 0, groups.get_tensor_model_parallel_rank())
+    return (dist.get_rank(), 0, 0)
 
 
-def initialize(model: Any, cfg: Any, layout: Layout) -> Engine:
-    """Wrap `model` for the layout; returns the DeepSpeed engine and this rank's dp index."""
+def initialize(model: Any, cfg: Any, layout: Layout) -> DeepSpeedEngine:
+    """Wrap `model` for the layout; returns the DeepSpeed engine and this rank's grid position."""
     import deepspeed
     import torch
 
@@ -75,6 +100,11 @@ def initialize(model: Any, cfg: Any, layout: Layout) -> Engine:
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, config=ds_config(cfg, layout)
     )
-    return Engine(
-        engine=engine, dp_rank=_data_parallel_rank(engine, layout), is_pipeline=layout.pp > 1
+    coords = _grid_coords(engine, layout)
+    return DeepSpeedEngine(
+        engine=engine,
+        dp_rank=coords[0],
+        coords=coords,
+        is_pipeline=layout.pp > 1,
+        device=cfg.hardware.device,
     )

@@ -164,6 +164,46 @@ def to_pipeline_module(
     return pipe
 
 
+def stage_module(model: PreTrainedModel, stage: int, num_stages: int) -> nn.Sequential:
+    """Stage `stage` of `num_stages` of a Llama/GPT-2 causal LM with untied embeddings, as one
+    ``nn.Sequential`` for ``torch.distributed.pipelining``: the same pieces as
+    `to_pipeline_module` (embedding [+ positions] on the first stage, decoder blocks split
+    evenly, final norm + LM head on the last stage); input ids in, logits out of the last stage.
+    Other stages' weights are released on this rank. Loss: `causal_lm_loss(logits, labels)`."""
+    base = model.base_model
+    if hasattr(base, "wpe"):  # GPT-2
+        first: list[nn.Module] = [
+            _TokenEmbedding(base.wte),
+            _PositionEmbedding(base.wpe, base.drop),
+        ]
+        blocks, final_norm, rotary = base.h, base.ln_f, None
+    elif hasattr(base, "rotary_emb"):  # Llama
+        first, blocks, final_norm, rotary = (
+            [_TokenEmbedding(base.embed_tokens)],
+            base.layers,
+            base.norm,
+            base.rotary_emb,
+        )
+    else:
+        raise ValueError(f"unsupported model family: {type(model).__name__}")
+    lm_head = model.get_output_embeddings()
+    if lm_head.weight is first[0].embedding.weight:
+        raise ValueError("tied input/output embeddings cannot be split across pipeline stages")
+    per_stage = len(blocks) // num_stages
+    pieces = [_DecoderBlock(layer, model.config, rotary) for layer in blocks]
+    pieces = pieces[stage * per_stage : (stage + 1) * per_stage]
+    if stage == 0:
+        pieces = [*first, *pieces]
+    if stage == num_stages - 1:
+        pieces = [*pieces, final_norm, lm_head]
+    module = nn.Sequential(*pieces)
+    owned = {id(p) for p in module.parameters()}
+    for param in model.parameters():
+        if id(param) not in owned:
+            param.data = torch.empty(0, dtype=param.dtype, device=param.device)
+    return module
+
+
 def _self_check() -> None:
     import deepspeed
     from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig

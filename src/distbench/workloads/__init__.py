@@ -20,6 +20,7 @@ WORKLOAD_MODULES = {
     "train": "distbench.workloads.train",
     "gemm": "distbench.workloads.gemm",
     "collectives": "distbench.workloads.collectives",
+    "inference": "distbench.workloads.inference",
 }
 
 

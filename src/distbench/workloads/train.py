@@ -1,4 +1,7 @@
-"""The train workload: a model wrapped by its strategy, warm-up steps, then timed steps.
+"""The train workload: a model wrapped by its strategy's engine, warm-up steps, then timed steps.
+
+The engine (`strategy.engine`: deepspeed or torch, see strategies/__init__.py) is built by its
+module's `initialize(model, cfg, layout)`; the loop only calls `train_step(micro_batches)`.
 
 Every strategy sees the same data: step s's global batch is drawn from (seed, s) and each
 data-parallel replica takes its slice, so layouts differ only in how they compute. Each step is
@@ -19,6 +22,7 @@ from distbench.analytic import pred_vs_measured
 from distbench.config import Layout
 from distbench.metrics import tokens_per_step, train_flops_per_token, train_metrics
 from distbench.models import count_params
+from distbench.strategies import GRID_DIMS
 from distbench.workloads import Measured
 
 
@@ -38,21 +42,6 @@ def rank_micro_batches(tokens, dp_rank: int, micro_batch_size: int) -> list:
     return [tokens[g, rows].contiguous() for g in range(tokens.shape[0])]
 
 
-def _train_step(wrapped: Any, micro_batches: list, device: str) -> float:
-    """One optimizer step; returns the mean loss over its micro-batches."""
-    engine = wrapped.engine
-    batches = [mb.to(device) for mb in micro_batches]
-    if wrapped.is_pipeline:
-        return float(engine.train_batch(data_iter=iter([(mb, mb) for mb in batches])))
-    losses = []
-    for mb in batches:
-        loss = engine(input_ids=mb, labels=mb).loss
-        engine.backward(loss)
-        engine.step()
-        losses.append(loss.detach())
-    return float(sum(losses) / len(losses))
-
-
 def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
     """Warm-up + timed steps; returns this rank's figures (times in s, memory in bytes)."""
     import torch.distributed as dist
@@ -60,13 +49,13 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
     from distbench import dist as dist_utils
     from distbench import faults
     from distbench.models import build_model
-    from distbench.strategies.deepspeed import initialize
+    from distbench.strategies import load as load_engine
 
     rank = dist.get_rank()
     model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed)
     if device == "cuda":
         model = model.cuda()
-    wrapped = initialize(model, cfg, layout)
+    wrapped = load_engine(cfg.strategy.engine).initialize(model, cfg, layout)
     dist_utils.heartbeat(run_dir, rank, -1)  # engine built (may take long: partitioning, ops)
     dist_utils.synchronize(device)
     init_mem_bytes = dist_utils.current_memory_bytes(device)
@@ -90,7 +79,7 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
         dist.barrier()
         dist_utils.synchronize(device)
         start = time.perf_counter()
-        loss = _train_step(wrapped, micro_batches, device)
+        loss = wrapped.train_step(micro_batches)
         dist_utils.synchronize(device)
         step_times_s.append(time.perf_counter() - start)
         losses.append(loss)
@@ -110,11 +99,12 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
     return {
         "rank": rank,
         "dp_rank": wrapped.dp_rank,
+        "coords": dict(zip(GRID_DIMS, wrapped.coords, strict=True)),
         "step_times_s": step_times_s,
         "losses": losses,
         "init_mem_bytes": init_mem_bytes,
         "peak_mem_bytes": dist_utils.peak_memory_bytes(device),
-        "num_params_local": sum(p.numel() for p in wrapped.engine.module.parameters()),
+        "num_params_local": wrapped.num_params_local(),
     }
 
 
@@ -122,7 +112,15 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """One job's figures from every rank's: a step lasts as long as its slowest rank, and the
     loss is the mean over ranks (data-parallel replicas see different rows of one batch)."""
     num_steps = len(per_rank[0]["step_times_s"])
+    shape = [1 + max(r["coords"][d] for r in per_rank) for d in GRID_DIMS]
     return {
+        # The rank grid: its shape (dp, pp, tp) and each rank's coordinates in it.
+        "grid": {
+            "dims": list(GRID_DIMS),
+            "shape": shape,
+            "coords": [[r["coords"][d] for d in GRID_DIMS] for r in per_rank],
+        },
+        "layout_tag": "-".join(f"{d}{n}" for d, n in zip(GRID_DIMS, shape, strict=True)),
         "step_times_s": [max(r["step_times_s"][i] for r in per_rank) for i in range(num_steps)],
         "losses": [sum(r["losses"][i] for r in per_rank) / len(per_rank) for i in range(num_steps)],
         "ranks": [{k: v for k, v in r.items() if k != "losses"} for r in per_rank],
