@@ -4,8 +4,8 @@ jobs plus the faulty jobs' own limits, with every job recorded?
 Jobs (one Hydra grid): fault.kind=kill,stall,none × fault.at_step=1,99 — a fault at step 99
 never fires (the run has fewer steps), so kill@1 and stall@1 are the 2 faulty jobs.
 
-    .venv/bin/python benchmarks/fault_sweep.py            # stall limit 30 s
-    .venv/bin/python benchmarks/fault_sweep.py --quick    # smoke: stall limit 15 s, 2 steps
+    .venv/bin/python benchmarks/fault_sweep.py            # stall limit 60 s
+    .venv/bin/python benchmarks/fault_sweep.py --quick    # smoke: stall limit 30 s, 2 steps
 
 Prints a table; the last stdout line is one JSON document. Figures are saved under
 benchmarks/results/ (git-ignored).
@@ -29,7 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    stall_s, steps = (15, 2) if args.quick else (30, 10)
+    stall_s, steps = (30, 2) if args.quick else (60, 10)
     work = Path(tempfile.mkdtemp(prefix="fault_sweep_"))
     sweep_dir = work / "sweep"
     cmd = [

@@ -22,6 +22,7 @@ What is modelled and what is not:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
@@ -438,6 +439,9 @@ def predict(
             **{k: int(layout[k]) for k in ("world_size", "dp", "tp", "pp", "zero_stage")}
         )
     model, batch, strategy = _attrs(cfg["model"]), cfg["batch"], cfg["strategy"]
+    if strategy.get("engine") == "torch" and strategy.get("data_parallel") == "fsdp":
+        # FSDP (fully_shard) shards parameters, gradients and optimizer states like ZeRO-3
+        layout = dataclasses.replace(layout, zero_stage=3)
     dtype = cfg["workload"]["dtype"]
     device = hardware.get("device", "cuda")
     device_is_host = device == "cpu"

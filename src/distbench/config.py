@@ -534,9 +534,14 @@ def validate_inference(cfg: Any) -> Layout:
         )
     sharded = zero_stage == 3 or strategy.offload_param != "none"
     if sharded or strategy.get("data_parallel") == "fsdp":
+        how = (
+            f"zero_stage={zero_stage}, offload_param={strategy.offload_param}"
+            if sharded
+            else "data_parallel=fsdp"
+        )
         raise ConfigError(
             f"workload=inference keeps whole weights on every replica; strategy={name} "
-            f"(zero_stage={zero_stage}) shards or offloads them; use strategy=dp or strategy=tp"
+            f"({how}) shards or offloads them; use strategy=dp or strategy=tp"
         )
     for what in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "vocab_size"):
         _positive(f"model.{what}", getattr(model, what))

@@ -17,7 +17,7 @@ attention term has no causal discount: every prefill token is charged the whole 
 Prefill computes logits for the last prompt position only (`logits_to_keep=1`, as
 transformers' generate() does), so the LM head (V·d) is charged once per prompt, not P times.
 
-    python -c "from distbench.inference_metrics import *; print(prefill_flops(1e6, 8192*256, 4, 256, 64))"
+    python -c "from distbench.inference_metrics import *; print(decode_flops(7e6, 4, 256, 64, 16))"
 """
 
 from __future__ import annotations

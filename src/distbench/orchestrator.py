@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from distbench import equivalence
-from distbench.config import ConfigError, resolve_zero_stage, validate
+from distbench.config import RAW_WORKLOADS, ConfigError, resolve_zero_stage, validate
 from distbench.hardware import gpu_names, num_cpu_cores, resolve_hardware
 from distbench.launch import (
     free_port,
@@ -33,6 +33,18 @@ from distbench.worker import write_json_atomic
 from distbench.workloads import Measured, load
 
 SIGNATURE_TAG = "distbench.signature"
+# Outcome entries that become run tags when present (public: users filter on them).
+TAGGED_OUTCOME_KEYS = (
+    "failure_kind",
+    "failure_reason",
+    "backend",
+    "layout_tag",
+    "emulated",
+    "mfu_error",
+    "equivalent",
+    "equivalence_tolerance",
+    "equivalence_note",
+)
 ARTIFACTS = (
     "resolved.yaml",
     "result.json",
@@ -53,9 +65,10 @@ def zero_block(conf_dir: Path, stage: int, extra: dict[str, Any]) -> dict[str, A
 def describe(cfg: DictConfig) -> dict[str, str]:
     """The tags that name a job: what users filter and group runs by. A raw torch.distributed
     workload (gemm, collectives) has no strategy: its workload name stands in."""
-    raw = cfg.workload.name != "train"
+    raw = cfg.workload.name in RAW_WORKLOADS
     try:
-        zero_stage = "none" if raw else str(resolve_zero_stage(cfg.strategy, cfg.zero_stage))
+        no_stage = raw or cfg.strategy.engine != "deepspeed"  # ZeRO is DeepSpeed's
+        zero_stage = "none" if no_stage else str(resolve_zero_stage(cfg.strategy, cfg.zero_stage))
     except ConfigError:
         zero_stage = "invalid"
     return {
@@ -113,15 +126,14 @@ def job_position() -> tuple[int | None, int | None]:
 
 def run_name(cfg: DictConfig, zero_stage: str) -> str:
     """A readable MLflow run name: dp-ws2, zero3-ws4, dp-z2-ws2 (a stage the strategy does not
-    imply is named), gemm-ws2 for raw workloads."""
-    if cfg.workload.name != "train":
+    imply is named), inference-tp-ws2, gemm-ws2 for raw workloads."""
+    if cfg.workload.name in RAW_WORKLOADS:
         return f"{cfg.workload.name}-ws{cfg.world_size}"
-    own = (
-        cfg.strategy.zero_stage
-        if cfg.strategy.zero_stage is not None
-        else (cfg.strategy.default_zero_stage)
-    )
-    stage = "" if zero_stage == str(own) else f"-z{zero_stage}"
+    if cfg.workload.name != "train":  # inference: the strategy still says how it is split
+        return f"{cfg.workload.name}-{cfg.strategy.name}-ws{cfg.world_size}"
+    pinned, default = cfg.strategy.zero_stage, cfg.strategy.default_zero_stage
+    own = str(pinned if pinned is not None else default)
+    stage = "" if zero_stage in (own, "none", "invalid") else f"-z{zero_stage}"
     return f"{cfg.strategy.name}{stage}-ws{cfg.world_size}"
 
 
@@ -245,6 +257,8 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
         if cfg.workload.name == "train":
             outcome.update(check_equivalence(resolved, measured.metrics, job_dir))
         outcome.update(status="FINISHED", backend=result["backend"], layout=layout.as_dict())
+        if result.get("layout_tag"):  # e.g. dp2-pp1-tp2: the rank grid that ran
+            outcome["layout_tag"] = result["layout_tag"]
         if result.get("emulated"):  # collectives the backend lacks ran as their equivalent
             outcome["emulated"] = json.dumps(result["emulated"], sort_keys=True)
     else:
@@ -290,16 +304,7 @@ def _finish(
     tags.update(software_tags(project_dir))
     tags.update(detect_tags())
     tags.update({JOB_DIR_TAG: str(job_dir), SIGNATURE_TAG: outcome["signature"]})
-    for key in (
-        "failure_kind",
-        "failure_reason",
-        "backend",
-        "emulated",
-        "mfu_error",
-        "equivalent",
-        "equivalence_tolerance",
-        "equivalence_note",
-    ):
+    for key in TAGGED_OUTCOME_KEYS:
         if outcome.get(key):
             tags[key] = mask_text(str(outcome[key]))[:5000]
     upload_dir = job_dir / "upload"  # what is logged: the config with its secrets masked

@@ -16,6 +16,8 @@ from rich.table import Table
 COLUMNS = (
     # header, metric key, format
     ("step p50 (s)", "step_time_s_p50", "{:.3f}"),
+    ("TTFT (s)", "time_to_first_token_s", "{:.3f}"),  # workload=inference
+    ("decode tok/s", "decode_tokens_per_s", "{:,.0f}"),  # workload=inference
     ("tokens/s", "throughput_tokens_per_s", "{:,.0f}"),
     ("TFLOP/s/dev", "tflops_per_device", "{:.4f}"),
     ("MFU %", "mfu_pct", "{:.2f}"),
@@ -69,8 +71,12 @@ def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
         }.get(o["status"], f"[red]FAILED[/red] {o.get('failure_kind')}")
         metrics = o.get("metrics", {})
         cells = [_cell(metrics, key, fmt) for _, key, fmt in columns]
-        # raw workloads (gemm, collectives) have no strategy: show the workload instead
-        name = o["strategy"] if o.get("workload", "train") == "train" else o["workload"]
+        # raw workloads (gemm, collectives) have no strategy: describe() tags the workload
+        name = (
+            o["strategy"]
+            if o.get("workload", "train") in ("train", o["strategy"])
+            else (f"{o['workload']}/{o['strategy']}")
+        )
         equivalent = EQUIVALENT.get(o.get("equivalent"), "-")
         table.add_row(name, o["world_size"], o["zero_stage"], status, *cells, equivalent)
     return table

@@ -126,8 +126,8 @@ class Watchdog:
         if not stuck:
             return "every rank is inside a collective (stacks in stack.rank*.txt)"
         return (
-            f"stuck outside any collective: rank {', '.join(stuck)}; waiting in a collective: "
-            f"rank {', '.join(waiting) or 'none'} (stacks in stack.rank*.txt)"
+            f"rank {', '.join(stuck)} stuck outside any collective, rank "
+            f"{', '.join(waiting) or 'none'} waiting in one (stacks in stack.rank*.txt)"
         )
 
     def check(self, root_pid: int) -> tuple[str, str] | None:

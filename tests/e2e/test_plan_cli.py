@@ -34,7 +34,10 @@ def test_plan_json_for_llama3_8b_on_8_h100():
     done = _plan("model=llama3_8b", "world_size=8", "hardware=h100_sxm", "--json")
     assert done.returncode == 0, done.stderr
     *predictions, final = json.loads(done.stdout)
-    assert sorted(p["strategy"] for p in predictions) == sorted(config_options("strategy"))
+    assert sorted(p["strategy"] for p in predictions) == sorted(
+        set(config_options("strategy")) - {"single"}
+    )
+    assert set(final["refused"]) == {"single"}
     for p in predictions:
         assert set(p) >= KEYS
         assert {"params", "grads", "optimizer", "activations", "total"} <= set(p["mem_bytes"])

@@ -22,11 +22,16 @@ def test_every_option_of_every_group_composes(group):
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
 
 
+# The smallest world each strategy runs on where it is not the default world_size=2.
+SMALLEST_WORLD = {"single": 1, "3d": 4}
+
+
 @pytest.mark.parametrize("strategy", config_options("strategy"))
 def test_every_strategy_validates_on_its_smallest_world(strategy):
-    cfg = compose_config([f"strategy={strategy}"])
+    world_size = SMALLEST_WORLD.get(strategy, 2)
+    cfg = compose_config([f"strategy={strategy}", f"world_size={world_size}"])
     layout = validate(cfg)
-    assert layout.dp * layout.tp * layout.pp == cfg.world_size == 2
+    assert layout.dp * layout.tp * layout.pp == cfg.world_size == world_size
 
 
 @pytest.mark.parametrize("model", ["gpt2_124m", "llama_1b", "llama3_8b", "llama2_13b"])

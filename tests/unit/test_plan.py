@@ -32,8 +32,11 @@ def test_project_dir_is_the_checkout_with_conf():
 
 def test_every_strategy_predicted_for_llama3_8b_on_8_h100():
     plan = make_plan(["model=llama3_8b", "world_size=8", "hardware=h100_sxm"])
-    assert sorted(p.strategy for p in plan.predictions) == sorted(strategy_options(CONF_DIR))
-    assert plan.refused == {}
+    # `single` is the one-device baseline: refused at world_size 8, with its reason
+    assert sorted(p.strategy for p in plan.predictions) == sorted(
+        set(strategy_options(CONF_DIR)) - {"single"}
+    )
+    assert set(plan.refused) == {"single"} and "world_size" in plan.refused["single"]
     rows = plan_json(plan)
     json.dumps(rows)  # plain JSON
     *predictions, final = rows

@@ -19,6 +19,9 @@ Tied embeddings (GPT-2, or any model whose ``lm_head.weight`` *is* the input emb
 tied: pieces 1 and 5 are ``TiedLayerSpec``s sharing one key, DeepSpeed keeps a copy on the first
 and last stage, broadcasts it at start-up and all-reduces its gradient every step.
 
+`stage_module` cuts the same pieces into one ``nn.Sequential`` per stage for
+``torch.distributed.pipelining`` (the torch engine's torch_pp and 3d; untied embeddings only).
+
 Feed ``engine.train_batch(data_iter=it)`` with ``(input_ids, labels)`` LongTensor pairs of shape
 ``[micro_batch, seq_len]``; ``labels`` may simply be ``input_ids`` (shifted inside the loss).
 ``train_batch`` returns the mean loss over the micro-batches on every rank (the last stage

@@ -58,7 +58,7 @@ def apply_tp(module: Any, tp_mesh: Any) -> None:
         parallelize_module(layer, tp_mesh, plan)
 
 
-def apply_data_parallel(module: Any, mode: str, dp_mesh: Any, device: str, tp: int) -> Any:
+def apply_data_parallel(module: Any, mode: str, dp_mesh: Any, device: str, tp: int, pp: int) -> Any:
     """Replicate (ddp) or shard (fsdp) `module` across the dp sub-mesh; returns the module."""
     import torch
 
@@ -75,7 +75,15 @@ def apply_data_parallel(module: Any, mode: str, dp_mesh: Any, device: str, tp: i
 
         _pre_dp_module_transform(module)
     device_ids = [torch.cuda.current_device()] if device == "cuda" else None
-    return DistributedDataParallel(module, process_group=dp_mesh.get_group(), device_ids=device_ids)
+    # Under pp the schedule runs several backwards per step; DDP's one-off bucket rebuild then
+    # records every parameter once per micro-batch and fails its size check on step 2
+    # ("rebuilt parameter indices size is not same"). find_unused_parameters skips the rebuild.
+    return DistributedDataParallel(
+        module,
+        process_group=dp_mesh.get_group(),
+        device_ids=device_ids,
+        find_unused_parameters=pp > 1,
+    )
 
 
 @dataclass
@@ -167,7 +175,7 @@ def initialize(model: Any, cfg: Any, layout: Layout) -> TorchEngine:
         apply_tp(module, mesh["tp"])
     data_parallel = (strategy.data_parallel or "ddp") if dp > 1 else None
     if data_parallel:
-        module = apply_data_parallel(module, data_parallel, mesh["dp"], device, tp)
+        module = apply_data_parallel(module, data_parallel, mesh["dp"], device, tp, pp)
     optimizer = torch.optim.AdamW(module.parameters(), lr=cfg.workload.lr, foreach=False)
     engine = TorchEngine(
         module=module,

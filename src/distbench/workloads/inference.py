@@ -137,9 +137,13 @@ def tensor_parallel(model: Any, layout: Layout, dtype: str) -> Any:
         # the group it is given: with several TP groups on a node it would mix replicas. Level
         # 0 makes inference_all_reduce fall back to the process group's all_reduce.
         sys.modules["deepspeed.comm.comm"].cdb.shm_vector_kernel_level = 0
+    groups = _TensorParallelGroups(layout.tp)
+    # Both keys: `mpu` stops the engine from making its own group of ranks 0..tp-1, and AutoTP
+    # shards with `tp_group` (with mpu alone it gets no group, shards nothing and skips the
+    # all-reduces: every rank would silently run the whole model).
     engine = deepspeed.init_inference(
         model,
-        tensor_parallel={"tp_size": layout.tp, "mpu": _TensorParallelGroups(layout.tp)},
+        tensor_parallel={"tp_size": layout.tp, "tp_group": groups.tp_group, "mpu": groups},
         dtype=torch_dtype(dtype),
         replace_with_kernel_inject=False,
     )

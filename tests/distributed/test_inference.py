@@ -1,0 +1,102 @@
+"""workload=inference for real on 2 gloo ranks: data-parallel replicas and DeepSpeed AutoTP
+both finish, and their greedy tokens equal a single-device greedy decode of the same prompts
+(TP also its first-step top logits, to round-off); the metrics count what the ranks generated.
+
+    pytest tests/distributed/test_inference.py -m distributed
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from distbench.config import validate
+from distbench.orchestrator import run_job
+from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
+
+pytestmark = pytest.mark.distributed
+
+BATCH, PROMPT, NEW, STEPS = 2, 16, 6, 2
+FAST = [
+    "tracking=none",
+    "workload=inference",
+    "workload.num_warmup_steps=1",
+    f"workload.num_steps={STEPS}",
+    f"inference.batch_size={BATCH}",
+    f"inference.prompt_len={PROMPT}",
+    f"inference.num_new_tokens={NEW}",
+    "world_size=2",
+]
+
+
+def single_device_decode(cfg, num_rows: int) -> dict:
+    """Step 0's prompts decoded greedily by the whole model on this process's CPU."""
+    from distbench.models import build_model
+    from distbench.workloads.inference import greedy_decode, prompt_batch
+
+    model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed).eval()
+    prompts = prompt_batch(cfg.workload.seed, 0, num_rows, PROMPT, cfg.model.vocab_size)
+    return greedy_decode(model, prompts, NEW, "cpu")
+
+
+def run(tmp_path, strategy: str):
+    cfg = compose_config([*FAST, f"strategy={strategy}"])
+    outcome = run_job(cfg, tmp_path, CONF_DIR, PROJECT_DIR)
+    assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
+    return cfg, outcome["metrics"], json.loads((tmp_path / "result.json").read_text())
+
+
+def check_metrics(metrics: dict, dp: int) -> None:
+    generated = BATCH * NEW * dp  # per request batch, whole job
+    assert metrics["tokens_generated_per_step"] == generated
+    assert metrics["num_generated_tokens"] == generated * STEPS  # counted by the ranks
+    assert metrics["tokens_prompt_per_step"] == BATCH * PROMPT * dp
+    for name in (
+        "time_to_first_token_s",
+        "time_per_output_token_s",
+        "latency_s_p50",
+        "decode_tokens_per_s",
+        "throughput_tokens_per_s",
+        "tflops_total",
+        "arithmetic_intensity_flops_per_byte",
+        "cost_usd_per_1m_tokens",
+        "peak_mem_gib_rank0",
+        "peak_mem_gib_rank1",
+    ):
+        assert metrics[name] > 0, name
+    assert metrics["latency_s_p90"] >= metrics["latency_s_p50"] > metrics["time_to_first_token_s"]
+    assert metrics["tflops_per_device"] == pytest.approx(metrics["tflops_total"] / 2)
+    # same seconds, prompt + generated vs generated tokens
+    ratio = metrics["throughput_tokens_per_s"] / metrics["output_tokens_per_s"]
+    assert ratio == pytest.approx((PROMPT + NEW) / NEW)
+    assert metrics["peak_mem_gib"] == max(
+        metrics["peak_mem_gib_rank0"], metrics["peak_mem_gib_rank1"]
+    )
+
+
+def test_data_parallel_replicas_decode_their_own_rows(tmp_path):
+    cfg, metrics, result = run(tmp_path, "dp")
+    assert validate(cfg).dp == 2
+    check_metrics(metrics, dp=2)
+    reference = single_device_decode(cfg, num_rows=2 * BATCH)["tokens"].tolist()
+    assert sorted(result["first_step"]) == ["0", "1"]
+    assert result["first_step"]["0"]["tokens"] == reference[:BATCH]
+    assert result["first_step"]["1"]["tokens"] == reference[BATCH:]
+
+
+def test_tensor_parallel_equals_single_device_greedy_decode(tmp_path):
+    cfg, metrics, result = run(tmp_path, "tp")
+    assert validate(cfg).tp == 2
+    check_metrics(metrics, dp=1)
+    assert [r["tp_rank"] for r in result["ranks"]] == [0, 1]
+    # each rank holds half of every split projection (embeddings and norms stay whole)
+    assert result["ranks"][0]["num_params_local"] < metrics["num_params"]
+    reference = single_device_decode(cfg, num_rows=BATCH)
+    (first,) = result["first_step"].values()
+    assert first["tokens"] == reference["tokens"].tolist()
+    # the prefill's top logits, at the ids TP ranked first: equal to fp32 round-off (the
+    # all-reduce sums the halves in another order), far below the gaps between them
+    want = reference["first_logits"].gather(1, torch.tensor(first["top_logit_ids"]))
+    assert (torch.tensor(first["top_logits"]) - want).abs().max().item() < 1e-4
