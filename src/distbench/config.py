@@ -136,14 +136,16 @@ class LimitsConfig:
     max_mem_gib: float | None = None  # per-rank resident memory cap → oom (None: no cap)
 
 
-FAULT_KINDS = ("none", "kill", "stall", "alloc", "raise")
+FAULT_KINDS = ("none", "kill", "stall", "alloc", "raise", "wrong_split")
 
 
 @dataclass
 class FaultConfig:
     """A fault injected on purpose into one rank, to test distbench itself (tests, benchmarks)."""
 
-    kind: str = "none"  # none | kill (SIGKILL) | stall (sleeps) | alloc (alloc_gib) | raise
+    # none | kill (SIGKILL) | stall (sleeps) | alloc (alloc_gib) | raise | wrong_split (every
+    # replica trains on replica 0's rows: a data-sharding bug the equivalence check must catch)
+    kind: str = "none"
     rank: int = 0
     at_step: int = 1  # 0-based training step at whose start the fault happens
     alloc_gib: float = 2.0

@@ -73,7 +73,8 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
             cfg.batch.seq_len,
             cfg.model.vocab_size,
         )
-        micro_batches = rank_micro_batches(tokens, wrapped.dp_rank, cfg.batch.micro_batch_size)
+        replica = faults.data_rank(cfg.fault, wrapped.dp_rank)
+        micro_batches = rank_micro_batches(tokens, replica, cfg.batch.micro_batch_size)
         dist_utils.heartbeat(run_dir, rank, step)
         faults.inject(cfg.fault, rank, step)
         dist.barrier()

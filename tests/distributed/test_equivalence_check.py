@@ -1,0 +1,36 @@
+"""The equivalence check catches a strategy that computes something else: with a deliberately
+wrong data split (every replica trains on replica 0's rows) the first-step loss leaves the
+single-device reference and the run is tagged equivalent=false.
+
+    pytest tests/distributed/test_equivalence_check.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from distbench.equivalence import TOLERANCE
+from distbench.orchestrator import run_job
+from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
+
+pytestmark = pytest.mark.distributed
+
+FAST = ["tracking=none", "workload.num_warmup_steps=1", "workload.num_steps=1", "world_size=2"]
+
+
+@pytest.mark.parametrize("strategy", ["dp", "ddp"])
+def test_a_wrong_split_is_caught_as_not_equivalent(tmp_path, strategy):
+    broken = run_job(
+        compose_config([*FAST, f"strategy={strategy}", "fault.kind=wrong_split"]),
+        tmp_path / "broken",
+        CONF_DIR,
+        PROJECT_DIR,
+    )
+    assert broken["status"] == "FINISHED"
+    assert broken["equivalent"] == "false"
+    assert broken["metrics"]["loss_rel_err_vs_single"] > TOLERANCE["fp32"]
+    sound = run_job(
+        compose_config([*FAST, f"strategy={strategy}"]), tmp_path / "sound", CONF_DIR, PROJECT_DIR
+    )
+    assert sound["equivalent"] == "true"
+    assert sound["metrics"]["loss_first_single"] == broken["metrics"]["loss_first_single"]
