@@ -293,8 +293,17 @@ def resolve_zero_stage(strategy: Any, chosen: int | None) -> int:
     return stage
 
 
-def validate_limits(cfg: Any) -> None:
-    """limits.* and fault.*: positive times, a positive memory cap, a fault on an existing rank."""
+def validate_run(cfg: Any) -> None:
+    """What every workload checks: step counts, ranks per node, limits.* (positive times, a
+    positive memory cap) and fault.* (a fault on an existing rank)."""
+    _positive("workload.num_steps", cfg.workload.num_steps)
+    if cfg.workload.num_warmup_steps < 0:
+        raise ConfigError(f"workload.num_warmup_steps={cfg.workload.num_warmup_steps} must be >= 0")
+    nproc = cfg.nproc_per_node or cfg.world_size
+    if cfg.world_size % nproc:
+        raise ConfigError(
+            f"world_size({cfg.world_size}) is not divisible by nproc_per_node({nproc})"
+        )
     limits, fault = cfg.limits, cfg.fault
     for what in ("timeout_s", "startup_timeout_s", "stall_timeout_s"):
         if getattr(limits, what) <= 0:
@@ -424,9 +433,6 @@ def validate(cfg: Any) -> Layout:
             f"batch.seq_len({batch.seq_len}) > model.max_position_embeddings"
             f"({model.max_position_embeddings})"
         )
-    _positive("workload.num_steps", workload.num_steps)
-    if workload.num_warmup_steps < 0:
-        raise ConfigError(f"workload.num_warmup_steps={workload.num_warmup_steps} must be >= 0")
 
     if pp > 1 and zero_stage > MAX_ZERO_STAGE_WITH_PIPELINE:
         raise ConfigError(
@@ -444,12 +450,7 @@ def validate(cfg: Any) -> Layout:
         raise ConfigError(f"strategy.offload_param needs zero_stage=3, got zero_stage={zero_stage}")
     if cfg.hardware.device == "cpu" and workload.dtype == "fp16":
         raise ConfigError("workload.dtype='fp16' does not train on CPU; use fp32 or bf16")
-    validate_limits(cfg)
-    nproc = cfg.nproc_per_node or cfg.world_size
-    if cfg.world_size % nproc:
-        raise ConfigError(
-            f"world_size({cfg.world_size}) is not divisible by nproc_per_node({nproc})"
-        )
+    validate_run(cfg)
     return Layout(world_size=cfg.world_size, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage)
 
 
@@ -460,13 +461,7 @@ def validate_raw(cfg: Any) -> Layout:
     _positive("world_size", ws)
     _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
     _one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
-    _positive("workload.num_steps", workload.num_steps)
-    if workload.num_warmup_steps < 0:
-        raise ConfigError(f"workload.num_warmup_steps={workload.num_warmup_steps} must be >= 0")
-    validate_limits(cfg)
-    nproc = cfg.nproc_per_node or ws
-    if ws % nproc:
-        raise ConfigError(f"world_size({ws}) is not divisible by nproc_per_node({nproc})")
+    validate_run(cfg)
     if workload.name == "gemm":
         g = cfg.gemm
         _one_of("gemm.mode", g.mode, GEMM_MODES)
@@ -568,15 +563,7 @@ def validate_inference(cfg: Any) -> Layout:
             f"prompt_len({prompt_len}) + inference.num_new_tokens({inf.num_new_tokens}) > "
             f"model.max_position_embeddings({model.max_position_embeddings})"
         )
-    _positive("workload.num_steps", workload.num_steps)
-    if workload.num_warmup_steps < 0:
-        raise ConfigError(f"workload.num_warmup_steps={workload.num_warmup_steps} must be >= 0")
     if cfg.hardware.device == "cpu" and workload.dtype == "fp16":
         raise ConfigError("workload.dtype='fp16' does not run on CPU; use fp32 or bf16")
-    validate_limits(cfg)
-    nproc = cfg.nproc_per_node or cfg.world_size
-    if cfg.world_size % nproc:
-        raise ConfigError(
-            f"world_size({cfg.world_size}) is not divisible by nproc_per_node({nproc})"
-        )
+    validate_run(cfg)
     return Layout(world_size=cfg.world_size, dp=dp, tp=tp, pp=1, zero_stage=zero_stage)
