@@ -1,6 +1,6 @@
 """distbench's entry point: compose the config (Hydra) → validate → launch the ranks → track.
 
-python run.py                                        # tiny model, dp, 2 ranks (CPU: ~1 min)
+python run.py                                        # tiny model, dp, 2 ranks (CPU: ~20 s)
 python run.py -m strategy=dp,tp,zero3 world_size=2,4 # a sweep: one MLflow child run per job
 python run.py -m experiments=strategy_grid           # a named study from experiments/
 """
