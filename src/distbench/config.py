@@ -293,6 +293,13 @@ def resolve_zero_stage(strategy: Any, chosen: int | None) -> int:
     return stage
 
 
+def validate_model_choices(cfg: Any) -> None:
+    """Engine, dtype and model family: the choices of every workload that builds a model."""
+    _one_of("strategy.engine", cfg.strategy.engine, ENGINES)
+    _one_of("workload.dtype", cfg.workload.dtype, DTYPES)
+    _one_of("model.family", cfg.model.family, MODEL_FAMILIES)
+
+
 def validate_run(cfg: Any) -> None:
     """What every workload checks: step counts, ranks per node, limits.* (positive times, a
     positive memory cap) and fault.* (a fault on an existing rank)."""
@@ -374,15 +381,13 @@ def validate(cfg: Any) -> Layout:
     """Check a composed config; return its Layout or raise ConfigError (one line, numbers in it)."""
     model, strategy, batch, workload = cfg.model, cfg.strategy, cfg.batch, cfg.workload
     _one_of("workload", workload.name, tuple(WORKLOAD_MODULES))
+    _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
+    _one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
     if workload.name in RAW_WORKLOADS:
         return validate_raw(cfg)
     if workload.name == "inference":
         return validate_inference(cfg)
-    _one_of("strategy.engine", strategy.engine, ENGINES)
-    _one_of("workload.dtype", workload.dtype, DTYPES)
-    _one_of("model.family", model.family, MODEL_FAMILIES)
-    _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
-    _one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
+    validate_model_choices(cfg)
     _one_of("strategy.offload_optimizer", strategy.offload_optimizer, OFFLOAD_DEVICES)
     _one_of("strategy.offload_param", strategy.offload_param, OFFLOAD_DEVICES)
 
@@ -459,8 +464,6 @@ def validate_raw(cfg: Any) -> Layout:
     one data-parallel group of all ranks."""
     workload, ws = cfg.workload, cfg.world_size
     _positive("world_size", ws)
-    _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
-    _one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
     validate_run(cfg)
     if workload.name == "gemm":
         g = cfg.gemm
@@ -510,11 +513,7 @@ def validate_inference(cfg: Any) -> Layout:
     training state does not exist at inference) or DeepSpeed AutoTP (strategy.tp > 1); no
     pipeline, nothing that shards or moves the weights across replicas."""
     model, strategy, workload, inf = cfg.model, cfg.strategy, cfg.workload, cfg.inference
-    _one_of("strategy.engine", strategy.engine, ENGINES)
-    _one_of("workload.dtype", workload.dtype, DTYPES)
-    _one_of("model.family", model.family, MODEL_FAMILIES)
-    _one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
-    _one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
+    validate_model_choices(cfg)
     _one_of("inference.decoding", inf.decoding, DECODINGS)
     dp, tp, pp = resolve_degrees(cfg.world_size, strategy.dp, strategy.tp, strategy.pp)
     zero_stage = resolve_zero_stage(strategy, cfg.zero_stage)

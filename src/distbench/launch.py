@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-FAILURE_KINDS = ("invalid_config", "oom", "timeout", "crash", "collective_error", "nccl_error")
 OOM_TYPES = ("OutOfMemoryError", "MemoryError")
 OOM_PATTERNS = ("CUDA out of memory", "out of memory", "std::bad_alloc", "can't allocate memory")
 # What a rank raises when a peer is gone or a collective broke (the peer is the root cause).

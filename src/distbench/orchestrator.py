@@ -120,7 +120,9 @@ def job_position() -> tuple[int | None, int | None]:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return None, None
-    total = os.environ.get("DISTBENCH_NUM_JOBS")
+    from distbench.tracking import NUM_JOBS_ENV
+
+    total = os.environ.get(NUM_JOBS_ENV)
     return hydra_cfg.job.num + 1, int(total) if total else None
 
 
