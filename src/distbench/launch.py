@@ -254,8 +254,10 @@ def run_workers(
             proc.wait()
     wall_time_s = time.monotonic() - start
     stderr_tail = _tail(run_dir / "workers.stderr.log")
-    if stopped is None and proc.returncode == 0 and (run_dir / "result.json").exists():
-        return LaunchOutcome(True, 0, wall_time_s, stderr_tail=stderr_tail)
+    # result.json is written by rank 0 after gathering every rank's figures: a rank that aborts
+    # in teardown afterwards (gloo + DeepSpeed pipeline, SIGABRT) does not void the measurement.
+    if stopped is None and (run_dir / "result.json").exists():
+        return LaunchOutcome(True, proc.returncode, wall_time_s, stderr_tail=stderr_tail)
     if stopped is not None:
         kind, reason = stopped[0], f"{stopped[1]}; all ranks killed"
     else:
