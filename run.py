@@ -26,14 +26,14 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from distbench.config import ConfigError, validate
+    from distbench.config import ConfigError, baseline_on_one_device, validate
     from distbench.orchestrator import run_job
     from distbench.summary import print_summary
 
     single_run = HydraConfig.get().mode == RunMode.RUN
     if single_run:
         try:
-            validate(cfg)
+            validate(baseline_on_one_device(cfg)[0])
         except ConfigError as exc:  # refuse before anything starts: one line, no traceback
             print(f"distbench: invalid config: {exc}", file=sys.stderr)
             sys.exit(2)

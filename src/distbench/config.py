@@ -377,6 +377,21 @@ def validate_engine(cfg: Any, tp: int, pp: int) -> None:
         )
 
 
+def baseline_on_one_device(cfg: Any) -> tuple[Any, int | None]:
+    """`strategy=single` is the one-device baseline of every grid: in a sweep at world_size N it
+    runs on one rank (so `strategy=single,ddp,fsdp world_size=2` compares against it). Returns
+    the config to run (a copy with world_size=1) and the world_size that was asked for, or the
+    config itself and None when nothing changes."""
+    import copy
+
+    if cfg.strategy.name != "single" or cfg.world_size == 1:
+        return cfg, None
+    pinned = copy.deepcopy(cfg)
+    pinned.world_size = 1
+    pinned.nproc_per_node = None
+    return pinned, int(cfg.world_size)
+
+
 def validate(cfg: Any) -> Layout:
     """Check a composed config; return its Layout or raise ConfigError (one line, numbers in it)."""
     model, strategy, batch, workload = cfg.model, cfg.strategy, cfg.batch, cfg.workload
@@ -391,10 +406,10 @@ def validate(cfg: Any) -> Layout:
     _one_of("strategy.offload_optimizer", strategy.offload_optimizer, OFFLOAD_DEVICES)
     _one_of("strategy.offload_param", strategy.offload_param, OFFLOAD_DEVICES)
 
-    if strategy.name == "single" and cfg.world_size != 1:
+    if strategy.name == "single" and cfg.world_size != 1:  # run.py pins it first
         raise ConfigError(
             f"strategy=single runs on one device, got world_size={cfg.world_size}; "
-            "use world_size=1 or strategy=ddp"
+            "use world_size=1 (run.py runs it on one rank in any sweep) or strategy=ddp"
         )
     dp, tp, pp = resolve_degrees(cfg.world_size, strategy.dp, strategy.tp, strategy.pp)
     validate_engine(cfg, tp, pp)

@@ -17,7 +17,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from distbench import equivalence
-from distbench.config import RAW_WORKLOADS, ConfigError, resolve_zero_stage, validate
+from distbench.config import (
+    RAW_WORKLOADS,
+    ConfigError,
+    baseline_on_one_device,
+    resolve_zero_stage,
+    validate,
+)
 from distbench.hardware import gpu_names, num_cpu_cores, resolve_hardware
 from distbench.launch import (
     free_port,
@@ -43,6 +49,7 @@ TAGGED_OUTCOME_KEYS = (
     "mfu_error",
     "equivalent",
     "equivalence_tolerance",
+    "world_size_requested",
     "equivalence_note",
 )
 ARTIFACTS = (
@@ -172,6 +179,7 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     from distbench.progress import JobProgress
 
     started = time.monotonic()
+    cfg, world_size_requested = baseline_on_one_device(cfg)
     job_dir.mkdir(parents=True, exist_ok=True)
     num, total = job_position()
     label = f"job {num}/{total or '?'}" if num else "job"
@@ -185,6 +193,13 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
         "run_name": run_name(cfg, tags["zero_stage"]),
         **tags,
     }
+    if world_size_requested:
+        outcome["world_size_requested"] = world_size_requested
+        print(
+            f"distbench: {label}: strategy=single runs on 1 rank (sweep world_size="
+            f"{world_size_requested})",
+            flush=True,
+        )
     title = (
         f"{label} strategy={tags['strategy']} world_size={tags['world_size']} "
         f"zero_stage={tags['zero_stage']} model={tags['model']}"

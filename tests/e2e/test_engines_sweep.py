@@ -12,7 +12,8 @@ from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
 
 pytestmark = pytest.mark.e2e
 
-STRATEGIES = ["ddp", "fsdp", "torch_tp", "torch_pp", "dp", "zero3", "tp", "pp"]
+# The command: `single` in a world_size=2 sweep runs on one rank (the baseline row).
+STRATEGIES = ["single", "ddp", "fsdp", "torch_tp", "torch_pp", "dp", "zero3", "tp", "pp"]
 
 
 def test_torch_and_deepspeed_strategies_all_equal_the_single_device(tmp_path):
@@ -27,18 +28,19 @@ def test_torch_and_deepspeed_strategies_all_equal_the_single_device(tmp_path):
         tmp_path,
     )
     assert grid.returncode == 0, grid.stderr[-3000:]
-    single = run_py(
-        ["strategy=single", "world_size=1", *FEW_STEPS, f"hydra.run.dir={tmp_path}/single"],
+    layouts = run_py(
+        [
+            "-m",
+            "strategy=torch_tp,3d",
+            "world_size=4",
+            *FEW_STEPS,
+            f"hydra.sweep.dir={tmp_path}/layouts",
+        ],
         tmp_path,
     )
-    assert single.returncode == 0, single.stderr[-3000:]
-    two_d = run_py(
-        ["strategy=torch_tp", "world_size=4", *FEW_STEPS, f"hydra.run.dir={tmp_path}/two_d"],
-        tmp_path,
-    )
-    assert two_d.returncode == 0, two_d.stderr[-3000:]
+    assert layouts.returncode == 0, layouts.stderr[-3000:]
     runs = runs_of(tmp_path)
-    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    children = runs[runs["tags.world_size"].isin(["1", "2"])]
     assert sorted(children["tags.strategy"]) == sorted(STRATEGIES)
     assert (children["status"] == "FINISHED").all()
     assert (children["tags.equivalent"] == "true").all(), children[
@@ -48,7 +50,10 @@ def test_torch_and_deepspeed_strategies_all_equal_the_single_device(tmp_path):
     assert engines["fsdp"] == "torch" and engines["zero3"] == "deepspeed"
     assert set(children[children["tags.engine"] == "torch"]["tags.zero_stage"]) == {"none"}
     solo = runs[runs["tags.strategy"] == "single"].iloc[0]
-    assert solo["status"] == "FINISHED" and solo["tags.equivalent"] == "true"
-    grid_4 = runs[(runs["tags.strategy"] == "torch_tp") & (runs["tags.world_size"] == "4")]
-    assert grid_4.iloc[0]["tags.layout_tag"] == "dp2-pp1-tp2"
-    assert grid_4.iloc[0]["tags.equivalent"] == "true"
+    assert solo["tags.world_size"] == "1" and solo["tags.world_size_requested"] == "2"
+    assert solo["tags.layout_tag"] == "dp1-pp1-tp1"
+    on_four = runs[runs["tags.world_size"] == "4"].set_index("tags.strategy")
+    assert (on_four["status"] == "FINISHED").all()
+    assert on_four.loc["torch_tp", "tags.layout_tag"] == "dp2-pp1-tp2"
+    assert on_four.loc["3d", "tags.layout_tag"] == "dp1-pp2-tp2"  # TP inside each PP stage
+    assert (on_four["tags.equivalent"] == "true").all()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from distbench.config import ENGINES, ConfigError, validate
+from distbench.config import ENGINES, ConfigError, baseline_on_one_device, validate
 from distbench.strategies import ENGINE_MODULES, GRID_DIMS
 from distbench.workloads.train import combine
 from tests.conftest import compose_config
@@ -39,6 +39,15 @@ def test_torch_layouts_resolve(overrides, degrees):
     layout = validate(compose_config(overrides))
     assert (layout.dp, layout.pp, layout.tp) == degrees
     assert layout.zero_stage == 0
+
+
+def test_single_in_a_wider_sweep_runs_on_one_device():
+    cfg = compose_config(["strategy=single", "world_size=4"])
+    pinned, requested = baseline_on_one_device(cfg)
+    assert (pinned.world_size, requested, cfg.world_size) == (1, 4, 4)  # the original untouched
+    assert validate(pinned).dp == 1
+    ddp = compose_config(["strategy=ddp", "world_size=4"])
+    assert baseline_on_one_device(ddp) == (ddp, None)
 
 
 @pytest.mark.parametrize(
