@@ -4,6 +4,9 @@ distbench ui [--port 5000]            # the MLflow UI on the configured store, o
 distbench summary multirun/DAY/TIME   # reprint a sweep's comparison table
 distbench plan model=llama3_8b world_size=8 hardware=h100_sxm [--json]   # predict, run nothing
 distbench report --sweep latest --out report/   # tables + plots from MLflow, logged on the sweep
+distbench server --backend postgresql://mlflow@db:5432/mlflow   # a team server (PGPASSWORD)
+distbench compare --baseline <parent run id> --candidate latest  # exit 1 on a regression
+distbench schedule experiment=strategy_grid --cron "0 2 * * *" [--baseline ID] [--dry-run]
 """
 
 from __future__ import annotations
@@ -117,6 +120,137 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _server(args: argparse.Namespace) -> int:
+    from distbench import server
+
+    try:
+        plan = server.plan_server(
+            args.backend,
+            Path(args.root),
+            Path(args.artifacts_destination) if args.artifacts_destination else None,
+            args.host,
+            args.port,
+            args.workers,
+            os.environ,
+            Path(args.password_file) if args.password_file else None,
+            args.allowed_hosts,
+        )
+    except ValueError as exc:
+        print(f"distbench: server: {exc}", file=sys.stderr)
+        return 2
+    if args.password_file:
+        warning = server.warn_if_readable_by_others(Path(args.password_file))
+        if warning:
+            print(warning, file=sys.stderr)
+    return server.run_foreground(plan, args.timeout_s, args.log_file)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from distbench import compare
+    from distbench.tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(SimpleNamespace(backend="sqlite", uri=args.tracking_uri), Path.cwd())
+    try:
+        metrics = compare.parse_metrics(args.metrics)
+        threshold_pct = compare.check_threshold(args.threshold_pct)
+        baseline, base_runs = compare.load_sweep(uri, args.baseline, args.experiment)
+        candidate, cand_runs = compare.load_sweep(uri, args.candidate, args.experiment)
+        if baseline.parent_run_id == candidate.parent_run_id:
+            raise ValueError(
+                f"--candidate {args.candidate} is the baseline sweep {baseline.parent_run_id}; "
+                "compare two different sweeps"
+            )
+        rows = compare.compare_sweeps(base_runs, cand_runs, metrics, threshold_pct)
+        if not compare.compared_configs(rows):
+            raise ValueError(
+                f"no configuration (distbench.signature) of sweep {candidate.parent_run_id} "
+                f"ran in the baseline {baseline.parent_run_id}"
+            )
+    except (LookupError, ValueError) as exc:
+        print(f"distbench: compare: {exc}", file=sys.stderr)
+        return 2
+    compare.print_table(rows, f"candidate {candidate.title} vs baseline {baseline.title}")
+    print(compare.summary_line(rows, threshold_pct))
+    if not args.no_log:
+        run_id = compare.log_comparison(
+            uri,
+            candidate.experiment_id,
+            baseline.parent_run_id,
+            candidate.parent_run_id,
+            rows,
+            metrics,
+            threshold_pct,
+        )
+        print(f"distbench: compare: logged as run {run_id} (tag distbench.kind=compare)")
+    return 1 if compare.regressed_configs(rows) else 0
+
+
+def add_schedule_options(parser: argparse.ArgumentParser, cron_required: bool = False) -> None:
+    help_cron = '5 fields, e.g. "0 2 * * *" (02:00 daily)'
+    parser.add_argument("--cron", required=cron_required, help=help_cron)
+    parser.add_argument("--baseline", help="a sweep's parent run id: compare each run against it")
+    parser.add_argument("--name", help="the schedule's name (default: the experiment's)")
+    parser.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI when set")
+    parser.add_argument(
+        "--slurm-option",
+        action="append",
+        default=[],
+        help="an sbatch option for the job, e.g. --slurm-option=--gres=gpu:4 (repeatable)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print, install nothing")
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    import datetime as dt
+    import shutil
+
+    from distbench import schedule
+    from distbench.plan import project_dir
+
+    # options may come between the overrides: parse what argparse left in `rest` again
+    known = {k: v for k, v in vars(args).items() if k not in ("rest", "func", "command")}
+    again = argparse.ArgumentParser(prog="distbench schedule")
+    add_schedule_options(again, cron_required=not known.get("cron"))
+    again.add_argument("overrides", nargs="*")
+    again.set_defaults(**known)
+    args = again.parse_intermixed_args(args.rest)
+    try:
+        project = project_dir()
+        cron = schedule.parse_cron(args.cron)
+        experiment, overrides = schedule.split_overrides(args.overrides)
+        schedule.check_experiment(project, experiment)
+        name = schedule.check_name(args.name or experiment)
+        slurm_options = schedule.check_slurm_options(args.slurm_option)
+        uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        command = schedule.job_command(project, experiment, overrides, args.baseline, uri)
+        log = schedule.log_path(project, name)
+        block = schedule.scrontab_block(name, cron, command, log, slurm_options)
+        begin = schedule.next_occurrence(cron, dt.datetime.now())
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"distbench: schedule: {exc}", file=sys.stderr)
+        return 2
+    log.parent.mkdir(parents=True, exist_ok=True)  # cron and Slurm do not create it
+    scrontab = shutil.which("scrontab")
+    if scrontab and not args.dry_run:
+        try:
+            schedule.install_scrontab(name, block, scrontab)
+        except (RuntimeError, ValueError, OSError) as exc:
+            print(f"distbench: schedule: {exc}", file=sys.stderr)
+            return 1
+        print(f"distbench: schedule {name} installed in your scrontab ({cron.expression}):")
+        print(block, end="")
+        print(f"distbench: next run {begin:%Y-%m-%d %H:%M}; output appended to {log}")
+        return 0
+    why = "--dry-run" if args.dry_run else "no scrontab on PATH"
+    print(f"distbench: schedule {name} ({why}): nothing installed. For crontab -e:")
+    print(schedule.crontab_line(cron, command, log))
+    print(f"Or once, at the next occurrence ({begin:%Y-%m-%d %H:%M}), with Slurm:")
+    print(schedule.sbatch_command(name, command, begin, log, slurm_options))
+    print("Or as a scrontab block (scrontab -e):")
+    print(block, end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="distbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,6 +297,43 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else ./mlflow.db")
     rep.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
     rep.set_defaults(func=_report)
+    srv = sub.add_parser("server", help="a team's MLflow tracking server, in the foreground")
+    srv.add_argument(
+        "--backend",
+        help="postgresql://user@host:port/db (password: --password-file, $PGPASSWORD or "
+        "~/.pgpass, never in the URI) or sqlite:///path; default sqlite:///ROOT/mlflow.db",
+    )
+    srv.add_argument("--root", default="mlflow-server", help="default ./mlflow-server")
+    srv.add_argument("--artifacts-destination", help="artifact root, default ROOT/artifacts")
+    srv.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to serve other machines")
+    srv.add_argument("--port", type=int, default=5000)
+    srv.add_argument("--workers", type=int, default=2)
+    srv.add_argument("--password-file", help="a file whose first line is the password")
+    srv.add_argument("--allowed-hosts", help="passed to mlflow server (Host headers it accepts)")
+    srv.add_argument("--timeout-s", type=float, default=180.0, help="wait for /health this long")
+    srv.add_argument("--log-file", help="append the server's output here (default: the terminal)")
+    srv.set_defaults(func=_server)
+    cmp = sub.add_parser(
+        "compare", help="flag configurations of a sweep slower or hungrier than a baseline sweep"
+    )
+    cmp.add_argument("--baseline", required=True, help="the baseline sweep's parent run id")
+    cmp.add_argument("--candidate", default="latest", help="a parent run id or 'latest' (default)")
+    cmp.add_argument("--threshold-pct", type=float, default=5.0, help="default 5")
+    cmp.add_argument(
+        "--metrics",
+        default="throughput_tokens_per_s,peak_mem_gib",
+        help="comma-separated (default throughput_tokens_per_s,peak_mem_gib)",
+    )
+    cmp.add_argument("--experiment", default="distbench", help="where 'latest' is looked up")
+    cmp.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else ./mlflow.db")
+    cmp.add_argument("--no-log", action="store_true", help="do not log the comparison to MLflow")
+    cmp.set_defaults(func=_compare)
+    sch = sub.add_parser(
+        "schedule", help="a study from experiments/ as a nightly sweep (scrontab or a cron line)"
+    )
+    add_schedule_options(sch)
+    sch.set_defaults(func=_schedule)
+    sch.add_argument("rest", nargs=argparse.REMAINDER, metavar="experiment=NAME [OVERRIDE ...]")
     args = parser.parse_args(argv)
     return args.func(args)
 

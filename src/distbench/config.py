@@ -35,6 +35,9 @@ RAW_WORKLOADS = ("gemm", "collectives")
 GEMM_MODES = ("sharded", "single")
 # DeepSpeed's PipelineEngine refuses ZeRO-2/3: gradients must stay whole per stage.
 MAX_ZERO_STAGE_WITH_PIPELINE = 1
+# Who starts the ranks: auto = srun inside a SLURM allocation, else torchrun on this node;
+# local_nodes = num_nodes torchrun agents on this machine (the multi-node path, locally).
+RANK_LAUNCHERS = ("auto", "torchrun", "srun", "local_nodes")
 
 
 class ConfigError(ValueError):
@@ -110,6 +113,7 @@ class HardwareConfig:
     peak_tflops_fp16: float | None = None
     mem_gib: float | None = None
     interconnect_gbps: float | None = None
+    devices_per_node: int | None = None  # None: not fixed (CPU: one rank per core)
     price_usd_per_hour: float = 0.0
     # catalog: the figures above (CPU: the cpuinfo estimate); measured: a timed GEMM on this
     # machine, cached (distbench.calibrate).
@@ -210,8 +214,11 @@ class Config:
     collectives: CollectivesConfig = field(default_factory=CollectivesConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
-    world_size: int = 2
-    nproc_per_node: int | None = None  # None: all ranks on this node
+    world_size: int = 2  # all ranks: num_nodes × ranks per node
+    # None: as few nodes as the hardware's devices_per_node allows (1 when it is not fixed)
+    num_nodes: int | None = None
+    rank_launcher: str = "auto"  # one of RANK_LAUNCHERS
+    tp_across_nodes: bool = False  # run a TP group that spans nodes anyway (with a warning)
     # Skip jobs whose signature already has a FINISHED run (FAILED ones too, unless retry_failed).
     resume: bool = False
     retry_failed: bool = False
@@ -300,17 +307,59 @@ def validate_model_choices(cfg: Any) -> None:
     _one_of("model.family", cfg.model.family, MODEL_FAMILIES)
 
 
-def validate_run(cfg: Any) -> None:
-    """What every workload checks: step counts, ranks per node, limits.* (positive times, a
-    positive memory cap) and fault.* (a fault on an existing rank)."""
+def resolve_num_nodes(cfg: Any) -> int:
+    """num_nodes, or when unset the fewest nodes whose devices hold world_size ranks."""
+    if cfg.num_nodes is not None:
+        return cfg.num_nodes
+    devices = cfg.hardware.get("devices_per_node")
+    return -(-cfg.world_size // devices) if devices else 1
+
+
+def ranks_per_node(cfg: Any) -> int:
+    """Ranks each node starts (validate_topology checks that num_nodes divides world_size)."""
+    return cfg.world_size // max(1, resolve_num_nodes(cfg))
+
+
+def tp_spans_nodes(tp: int, per_node: int) -> bool:
+    """Ranks are laid out tp fastest, so a TP group is `tp` consecutive ranks: it stays inside a
+    node exactly when tp divides the ranks per node."""
+    return tp > 1 and per_node % tp != 0
+
+
+def validate_topology(cfg: Any, tp: int = 1) -> None:
+    """Nodes × ranks per node: num_nodes divides world_size, a node holds no more ranks than the
+    hardware has devices, and TP stays inside a node (its all-reduces run every layer: across
+    nodes they leave NVLink) unless tp_across_nodes=true."""
+    ws, num_nodes = cfg.world_size, resolve_num_nodes(cfg)
+    _positive("num_nodes", num_nodes)
+    _one_of("rank_launcher", cfg.rank_launcher, RANK_LAUNCHERS)
+    if ws % num_nodes:
+        raise ConfigError(
+            f"world_size({ws}) is not divisible by num_nodes({num_nodes}); "
+            "world_size = num_nodes × ranks per node"
+        )
+    per_node = ws // num_nodes
+    devices = cfg.hardware.get("devices_per_node")
+    if devices and per_node > devices:
+        raise ConfigError(
+            f"{per_node} ranks per node (world_size({ws}) / num_nodes({num_nodes})) > "
+            f"hardware.devices_per_node({devices}) of {cfg.hardware.name}; "
+            f"use num_nodes={-(-ws // devices)} or more"
+        )
+    if tp_spans_nodes(tp, per_node) and not cfg.tp_across_nodes:
+        raise ConfigError(
+            f"tp({tp}) does not divide the {per_node} ranks of a node: TP groups would span "
+            "nodes; set tp_across_nodes=true to run it anyway"
+        )
+
+
+def validate_run(cfg: Any, tp: int = 1) -> None:
+    """What every workload checks: step counts, nodes and ranks per node, limits.* (positive
+    times, a positive memory cap) and fault.* (a fault on an existing rank)."""
     _positive("workload.num_steps", cfg.workload.num_steps)
     if cfg.workload.num_warmup_steps < 0:
         raise ConfigError(f"workload.num_warmup_steps={cfg.workload.num_warmup_steps} must be >= 0")
-    nproc = cfg.nproc_per_node or cfg.world_size
-    if cfg.world_size % nproc:
-        raise ConfigError(
-            f"world_size({cfg.world_size}) is not divisible by nproc_per_node({nproc})"
-        )
+    validate_topology(cfg, tp)
     limits, fault = cfg.limits, cfg.fault
     for what in ("timeout_s", "startup_timeout_s", "stall_timeout_s"):
         if getattr(limits, what) <= 0:
@@ -388,7 +437,7 @@ def baseline_on_one_device(cfg: Any) -> tuple[Any, int | None]:
         return cfg, None
     pinned = copy.deepcopy(cfg)
     pinned.world_size = 1
-    pinned.nproc_per_node = None
+    pinned.num_nodes = None
     return pinned, int(cfg.world_size)
 
 
@@ -470,7 +519,7 @@ def validate(cfg: Any) -> Layout:
         raise ConfigError(f"strategy.offload_param needs zero_stage=3, got zero_stage={zero_stage}")
     if cfg.hardware.device == "cpu" and workload.dtype == "fp16":
         raise ConfigError("workload.dtype='fp16' does not train on CPU; use fp32 or bf16")
-    validate_run(cfg)
+    validate_run(cfg, tp)
     return Layout(world_size=cfg.world_size, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage)
 
 
@@ -579,5 +628,5 @@ def validate_inference(cfg: Any) -> Layout:
         )
     if cfg.hardware.device == "cpu" and workload.dtype == "fp16":
         raise ConfigError("workload.dtype='fp16' does not run on CPU; use fp32 or bf16")
-    validate_run(cfg)
+    validate_run(cfg, tp)
     return Layout(world_size=cfg.world_size, dp=dp, tp=tp, pp=1, zero_stage=zero_stage)

@@ -90,14 +90,72 @@ def worker_command(run_dir: str | Path, nproc_per_node: int, master_port: int) -
     ]
 
 
-def worker_env(device: str, nproc_per_node: int, num_cores: int) -> dict[str, str]:
+def node_agent_command(
+    run_dir: str | Path, num_nodes: int, nproc_per_node: int, rdzv_endpoint: str, rdzv_id: str
+) -> list[str]:
+    """The torchrun agent of one node of a multi-node job: the agents meet at a c10d rendezvous
+    on `rdzv_endpoint` (host:port of the first node), which assigns the global ranks."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={num_nodes}",
+        f"--nproc_per_node={nproc_per_node}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={rdzv_endpoint}",
+        f"--rdzv_id={rdzv_id}",
+        "--max_restarts=0",
+        "-m",
+        "distbench.worker",
+        str(run_dir),
+    ]
+
+
+def srun_command(agent_cmd: list[str], num_nodes: int) -> list[str]:
+    """One agent per node of the current SLURM allocation. `--overlap`: the orchestrator's own
+    step holds the allocation's CPUs and memory (`--mem=0`: the step may use the job's memory on
+    each node); `--kill-on-bad-exit`: one node failing stops the rest."""
+    return [
+        "srun",
+        "--overlap",
+        "--mem=0",
+        f"--nodes={num_nodes}",
+        f"--ntasks={num_nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        *agent_cmd,
+    ]
+
+
+def local_nodes_command(agent_cmd: list[str], num_nodes: int) -> list[str]:
+    """`num_nodes` agents on this machine (distbench.node_agents): the cluster's path, locally."""
+    return [sys.executable, "-m", "distbench.node_agents", str(num_nodes), "--", *agent_cmd]
+
+
+def first_node_of_allocation(nodelist: str) -> str:
+    """The first host of a SLURM hostlist: `gpu[07-08,11],cpu3` → gpu07, `n[1-2]-ib` → n1-ib
+    (SLURM lists an allocation's nodes in order; the first runs the batch script)."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)", nodelist.strip())
+    if not match:
+        raise ValueError(f"SLURM_JOB_NODELIST={nodelist!r} is not a hostlist")
+    prefix, ranges, suffix = match.groups()
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
+
+
+def worker_env(
+    device: str, nproc_per_node: int, num_cores: int, ranks_sharing_cores: int | None = None
+) -> dict[str, str]:
     """Environment for the ranks.
 
-    OMP threads split the cores between ranks (oversubscription costs 3x on CPU). LOCAL_SIZE is
-    what DeepSpeed's CPU shared-memory all-reduce checks before using itself (torchrun does not
-    set it). Compiled DeepSpeed ops are cached across runs in TORCH_EXTENSIONS_DIR."""
+    OMP threads split the cores between the ranks that share them (`ranks_sharing_cores`, default
+    the node's ranks; oversubscription costs 3x on CPU). LOCAL_SIZE is what DeepSpeed's CPU
+    shared-memory all-reduce checks before using itself (only when it equals the world size;
+    torchrun does not set it). Compiled DeepSpeed ops are cached in TORCH_EXTENSIONS_DIR."""
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, num_cores // nproc_per_node)))
+    sharing = ranks_sharing_cores or nproc_per_node
+    env.setdefault("OMP_NUM_THREADS", str(max(1, num_cores // sharing)))
     env["DS_ACCELERATOR"] = "cuda" if device == "cuda" else "cpu"
     env["LOCAL_SIZE"] = str(nproc_per_node)
     # One cache per Python environment: builds from two venvs would overwrite each other's.

@@ -5,13 +5,20 @@ Four processes creating a fresh sqlite store at once corrupt it (alembic migrati
 creation is serialised with a file lock next to the database; afterwards concurrent writers are
 fine but may meet "database is locked", which is retried.
 
+The MLflow client brings ~2,200 modules (pandas, SQLAlchemy, alembic); the interpreter's final
+garbage collection over them took ~1.1 s of every `python run.py` on a 2-core CPU
+(benchmarks/harness_overhead.py). `client()` therefore freezes the collector at exit.
+
     python -c "from distbench.mlflow_store import ensure_experiment as e; print(e('sqlite:///x.db','t'))"
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
+import functools
+import gc
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -35,12 +42,22 @@ TRANSIENT = (
 )
 
 
+@functools.cache
+def skip_final_collection() -> None:
+    """At interpreter exit, freeze the garbage collector instead of letting it walk every object
+    once more (the OS frees the memory). Registered once, when MLflow is first loaded: atexit
+    handlers registered later (the sweep's parent-run close) still run before it, and the ones
+    registered earlier (logging's flush) after it; only cyclic garbage goes unfinalized."""
+    atexit.register(gc.freeze)
+
+
 def client(tracking_uri: str) -> Any:
     """An MlflowClient that fails fast on an unreachable server (2 quick HTTP retries, 20 s
     timeout) instead of MLflow's default of minutes, so a job is spooled, not stuck."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    skip_final_collection()
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri)

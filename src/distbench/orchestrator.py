@@ -21,19 +21,17 @@ from distbench.config import (
     RAW_WORKLOADS,
     ConfigError,
     baseline_on_one_device,
+    ranks_per_node,
+    resolve_num_nodes,
     resolve_zero_stage,
+    tp_spans_nodes,
     validate,
 )
 from distbench.hardware import gpu_names, num_cpu_cores, resolve_hardware
-from distbench.launch import (
-    free_port,
-    remove_shm_leftovers,
-    run_workers,
-    worker_command,
-    worker_env,
-)
+from distbench.launch import remove_shm_leftovers, run_workers, worker_env
 from distbench.metrics import check_mfu
 from distbench.signature import run_signature
+from distbench.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
 from distbench.watchdog import Watchdog
 from distbench.worker import write_json_atomic
 from distbench.workloads import Measured, load
@@ -50,6 +48,9 @@ TAGGED_OUTCOME_KEYS = (
     "equivalent",
     "equivalence_tolerance",
     "world_size_requested",
+    "rank_launcher",
+    "slurm_job_id",
+    "tp_across_nodes",
     "equivalence_note",
 )
 ARTIFACTS = (
@@ -88,6 +89,17 @@ def describe(cfg: DictConfig) -> dict[str, str]:
         "workload": cfg.workload.name,
         "dtype": cfg.workload.dtype,
         "hardware": cfg.hardware.name,
+        **topology_tags(cfg),
+    }
+
+
+def topology_tags(cfg: DictConfig) -> dict[str, str]:
+    """num_nodes and ranks_per_node as configured (`invalid` when they do not divide)."""
+    num_nodes = resolve_num_nodes(cfg)
+    fits = num_nodes >= 1 and cfg.world_size % num_nodes == 0
+    return {
+        "num_nodes": str(num_nodes),
+        "ranks_per_node": str(ranks_per_node(cfg)) if fits else "invalid",
     }
 
 
@@ -174,15 +186,11 @@ def resume_decision(cfg: DictConfig, signature: str) -> str | None:
     return None
 
 
-def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
-    """Run one job end to end and return its outcome (also written to job_dir/outcome.json)."""
-    from distbench.progress import JobProgress
-
-    started = time.monotonic()
-    cfg, world_size_requested = baseline_on_one_device(cfg)
+def new_outcome(
+    cfg: DictConfig, job_dir: Path, label: str
+) -> tuple[dict[str, Any], dict[str, str], str]:
+    """A job's outcome before it runs (what names it), its tags and its signature."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    num, total = job_position()
-    label = f"job {num}/{total or '?'}" if num else "job"
     tags = describe(cfg)
     signature = run_signature(OmegaConf.to_container(cfg, resolve=True))
     outcome: dict[str, Any] = {
@@ -193,6 +201,37 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
         "run_name": run_name(cfg, tags["zero_stage"]),
         **tags,
     }
+    return outcome, tags, signature
+
+
+def record_failure(
+    cfg: DictConfig,
+    job_dir: Path,
+    project_dir: Path,
+    failure: dict[str, str],
+    label: str,
+) -> dict[str, Any]:
+    """Record a job that ended before it could record itself (its SLURM job cancelled, timed
+    out, or its node lost): a FAILED run with `failure` (failure_kind, failure_reason and tags
+    such as slurm_job_id), like any other failure."""
+    started = time.monotonic()
+    cfg, _ = baseline_on_one_device(cfg)
+    outcome, _, _ = new_outcome(cfg, job_dir, label)
+    outcome.update(status="FAILED", **failure)
+    kind, reason = failure["failure_kind"], failure["failure_reason"]
+    print(f"distbench: {label} failed ({kind}): {reason}", flush=True)
+    return _finish(cfg, outcome, Measured(metrics={}), job_dir, project_dir, started)
+
+
+def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
+    """Run one job end to end and return its outcome (also written to job_dir/outcome.json)."""
+    from distbench.progress import JobProgress
+
+    started = time.monotonic()
+    cfg, world_size_requested = baseline_on_one_device(cfg)
+    num, total = job_position()
+    label = f"job {num}/{total or '?'}" if num else "job"
+    outcome, tags, signature = new_outcome(cfg, job_dir, label)
     if world_size_requested:
         outcome["world_size_requested"] = world_size_requested
         print(
@@ -238,15 +277,28 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     tags["hardware"] = resolved["hardware"]["name"]
     outcome["hardware"] = tags["hardware"]
 
-    nproc = cfg.nproc_per_node or cfg.world_size
+    try:
+        launch = plan_launch(cfg, job_dir)
+    except ConfigError as exc:
+        return refuse(str(exc))
+    tags.update(launch.tags())
+    outcome.update(launch.tags())
+    if SLURM_JOB_ENV in os.environ:
+        outcome["slurm_job_id"] = slurm_job_id(os.environ)
+    if tp_spans_nodes(layout.tp, launch.ranks_per_node):  # allowed by tp_across_nodes=true
+        outcome["tp_across_nodes"] = "true"
+        print(
+            f"distbench: {label}: warning: tp({layout.tp}) groups span nodes "
+            f"({launch.ranks_per_node} ranks per node): their all-reduces leave the node"
+        )
     device = resolved["hardware"]["device"]
-    shortfall = device_shortfall(device, nproc)
+    shortfall = device_shortfall(device, launch.ranks_here)
     if shortfall:
         return refuse(shortfall)
-    outcome["master_port"] = master_port = free_port()
-    cmd = worker_command(job_dir, nproc, master_port)
-    env = worker_env(device, nproc, num_cpu_cores())
-    watchdog = Watchdog(job_dir, nproc, cfg.limits)
+    outcome["master_port"] = master_port = launch.port
+    cmd = launch.cmd
+    env = worker_env(device, launch.ranks_per_node, num_cpu_cores(), launch.ranks_here)
+    watchdog = Watchdog(job_dir, cfg.world_size, cfg.limits)
     total_steps = cfg.workload.num_warmup_steps + cfg.workload.num_steps
     with JobProgress(title, total_steps, job_dir / "progress.jsonl") as progress:
         launched = run_workers(

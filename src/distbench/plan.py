@@ -93,7 +93,7 @@ def make_plan(
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
 
-    from distbench.config import ConfigError, register_configs, validate
+    from distbench.config import ConfigError, ranks_per_node, register_configs, validate
     from distbench.hardware import resolve_hardware
 
     home = project_dir()
@@ -121,7 +121,7 @@ def make_plan(
                 hardware = resolve_hardware(resolved["hardware"], conf_dir)
                 if hardware.get("device") == "cpu" and hardware.get("mem_gib") is None:
                     host = _host_mem_gib()  # ranks on one host share its memory
-                    nproc = resolved.get("nproc_per_node") or resolved["world_size"]
+                    nproc = ranks_per_node(cfg)
                     hardware["mem_gib"] = None if host is None else host / nproc
                 dtype = resolved["workload"]["dtype"]
                 title = (

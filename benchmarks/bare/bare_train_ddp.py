@@ -1,0 +1,113 @@
+"""A plain torchrun + DistributedDataParallel training script: the baseline that
+benchmarks/harness_overhead.py times distbench's `strategy=ddp` against. No distbench imports.
+
+Same workload as `python run.py strategy=ddp world_size=2` with the defaults: the tiny Llama of
+conf/model/tiny.yaml (random init from seed 1234, fp32, sdpa attention), batch `small` (2
+sequences × 2 micro-steps × 128 tokens per rank), torch AdamW(lr=1e-4, foreach=False); step s's
+global batch is drawn from (seed, s) and each rank takes its rows; each step is bracketed by a
+barrier and its time is the slowest rank's. Rank 0 prints one JSON line: per-step times and
+losses (warm-up steps first).
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m torch.distributed.run --nproc_per_node=2 \
+        benchmarks/bare/bare_train_ddp.py --num-warmup-steps 3 --num-steps 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+# conf/model/tiny.yaml (and the model schema's defaults: untied embeddings, sdpa)
+LLAMA_TINY = {
+    "vocab_size": 8192,
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "intermediate_size": 688,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": False,
+}
+MICRO_BATCH_SIZE, GRAD_ACCUM_STEPS, SEQ_LEN = 2, 2, 128  # conf/batch/small.yaml
+LR, SEED = 1e-4, 1234  # conf/workload/train.yaml
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-warmup-steps", type=int, default=3)
+    parser.add_argument("--num-steps", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=SEED)
+    return parser.parse_args()
+
+
+def build_model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    config = LlamaConfig(**LLAMA_TINY)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    return model.to(torch.float32).train()
+
+
+def rank_batch(seed: int, step: int, rank: int, world_size: int) -> list[torch.Tensor]:
+    """This rank's micro-batches of step `step`'s global batch (drawn from seed and step)."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    shape = (GRAD_ACCUM_STEPS, world_size * MICRO_BATCH_SIZE, SEQ_LEN)
+    tokens = torch.randint(0, LLAMA_TINY["vocab_size"], shape, generator=generator)
+    rows = slice(rank * MICRO_BATCH_SIZE, (rank + 1) * MICRO_BATCH_SIZE)
+    return [tokens[g, rows].contiguous() for g in range(GRAD_ACCUM_STEPS)]
+
+
+def train_step(model: DistributedDataParallel, optimizer, micro_batches: list) -> float:
+    """Gradient accumulation (all-reduce on the last micro-batch only), then one AdamW step."""
+    losses = []
+    for i, mb in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        with contextlib.nullcontext() if last else model.no_sync():
+            loss = model(input_ids=mb, labels=mb).loss
+            (loss / len(micro_batches)).backward()
+        losses.append(loss.detach())
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(torch.stack(losses).mean())
+
+
+def train(args: argparse.Namespace, rank: int, world_size: int) -> tuple[list, list]:
+    """Warm-up + timed steps: this rank's step times (s) and losses. The model is freed on
+    return, before the process group is destroyed (a DDP reducer outliving its gloo group
+    deadlocks at exit)."""
+    model = DistributedDataParallel(build_model(args.seed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=False)
+    step_times_s, losses = [], []
+    for step in range(args.num_warmup_steps + args.num_steps):
+        micro_batches = rank_batch(args.seed, step, rank, world_size)
+        dist.barrier()
+        start = time.perf_counter()
+        losses.append(train_step(model, optimizer, micro_batches))
+        step_times_s.append(time.perf_counter() - start)
+    return step_times_s, losses
+
+
+def main() -> None:
+    args = parse_args()
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    step_times_s, losses = train(args, rank, world_size)
+    per_rank: list = [None] * world_size
+    dist.all_gather_object(per_rank, (step_times_s, losses))
+    if rank == 0:
+        times = [max(r[0][i] for r in per_rank) for i in range(len(step_times_s))]
+        mean_losses = [sum(r[1][i] for r in per_rank) / world_size for i in range(len(losses))]
+        line = {"num_warmup_steps": args.num_warmup_steps, "step_times_s": times}
+        print(json.dumps({**line, "losses": mean_losses}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

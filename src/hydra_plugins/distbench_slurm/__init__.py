@@ -1,0 +1,1 @@
+"""Hydra plugin package of distbench: `hydra/launcher=slurm` (see launcher.py)."""

@@ -1,0 +1,163 @@
+"""`hydra/launcher=slurm`: Hydra's submitit SLURM launcher with distbench's guarantees.
+
+Every job of the sweep becomes a task of one SLURM job array (conf/hydra/launcher/slurm.yaml
+sets partition, nodes, GPUs, CPUs and memory per task, time limit, account/qos and the array's
+parallelism). Differences from `submitit_slurm`:
+- one orchestrator per job: with `nodes > 1` submitit runs the job on every node; only the task
+  with SLURM_PROCID 0 orchestrates (its srun starts one torchrun agent per node), so only one
+  process per job writes to MLflow;
+- a job the scheduler ends (scancel, time limit, node failure) is recorded as a FAILED child run
+  with its failure kind (distbench.slurm_state) and the sweep goes on; the stock launcher raises
+  on the first such job and the sweep's parent run is never closed.
+
+    python run.py -m hydra/launcher=slurm hydra.launcher.partition=gpu strategy=dp,zero3
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+log = logging.getLogger(__name__)
+
+
+POLL_S = 2.0
+# A job SLURM no longer lists as pending/running but whose result file has not appeared yet:
+# how long to wait for the file (shared filesystems lag) before calling the job ended.
+RESULT_GRACE_S = 30.0
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
+
+
+def wait_for(job: Any) -> str | None:
+    """Wait until the job has a result (None) or SLURM says it ended without one (a line for
+    the record). submitit alone cannot tell: without SLURM accounting (sacct) it never sees a
+    cancelled or killed job end and waits forever, so scontrol is asked as well."""
+    from distbench.slurm_state import slurm_job_state
+
+    gone_since = None
+    while not job.done():
+        state, _ = slurm_job_state(str(job.job_id))
+        if state.split(" ")[0] in ACTIVE_STATES:
+            gone_since = None
+        else:
+            gone_since = gone_since or time.monotonic()
+            if time.monotonic() - gone_since > RESULT_GRACE_S or (
+                state and not state.startswith("COMPLETED")
+            ):
+                if job.done(force_check=True):
+                    return None
+                return f"no result from submitit (SLURM state {state or 'unknown'})"
+        time.sleep(POLL_S)
+    return None
+
+
+class DistbenchSlurmLauncher(SlurmLauncher):
+    """Submit the sweep as a job array; record scheduler-ended jobs instead of raising."""
+
+    def __call__(
+        self,
+        sweep_overrides: list[str],
+        job_dir_key: str,
+        job_num: int,
+        job_id: str,
+        singleton_state: dict[type, Singleton],
+    ) -> JobReturn | None:
+        if int(os.environ.get("SLURM_PROCID", "0")) != 0:
+            return None  # another node of the job: task 0's srun starts the ranks here
+        return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+
+    def _executor(self) -> Any:
+        """submitit's SLURM executor with this launcher's parameters (as the stock launcher)."""
+        import submitit
+
+        init_keys = {"submitit_folder", "max_num_timeout"}
+        executor = submitit.AutoExecutor(
+            cluster=self._EXECUTOR,
+            folder=self.params["submitit_folder"],
+            slurm_max_num_timeout=self.params.get("max_num_timeout", 0),
+        )
+        base_keys = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(
+            **{
+                key if key in base_keys else f"{self._EXECUTOR}_{key}": value
+                for key, value in self.params.items()
+                if key not in init_keys
+            }
+        )
+        return executor
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info(f"distbench SLURM sweep: {len(job_overrides)} job(s), output dir {sweep_dir}")
+        job_params = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            state = Singleton.get_state()
+            job_params.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", state))
+        jobs = self._executor().map_array(self, *zip(*job_params, strict=True))
+        for idx, job in enumerate(jobs, start=initial_job_idx):
+            print(f"distbench: job {idx + 1}/{len(jobs)} is SLURM job {job.job_id}", flush=True)
+        returns = []
+        for idx, (overrides, job) in enumerate(zip(job_overrides, jobs, strict=True)):
+            try:
+                ended = wait_for(job)
+                returns.append(job.results()[0] if ended is None else None)
+            except Exception as exc:  # submitit's UncompletedJobError / FailedJobError
+                ended = str(exc).splitlines()[0][:200]
+            if ended is not None:
+                returns.append(
+                    self._record_ended_job(list(overrides), initial_job_idx + idx, job, ended)
+                )
+        return [ret for ret in returns if ret is not None]
+
+    def _job_config(self, overrides: list[str], job_num: int) -> tuple[DictConfig, Path]:
+        """The job's composed config (without `hydra`) and its output directory."""
+        assert self.hydra_context is not None and self.config is not None
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(sweep_config.hydra.job):
+            sweep_config.hydra.job.num = job_num
+        job_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
+        with read_write(sweep_config), open_dict(sweep_config):
+            del sweep_config["hydra"]
+        return sweep_config, job_dir
+
+    def _record_ended_job(
+        self, overrides: list[str], job_num: int, job: Any, detail: str
+    ) -> JobReturn:
+        """A job that ended without an outcome (cancelled, timed out, node lost): record it as
+        a FAILED run unless the job recorded itself before it ended."""
+        from distbench.orchestrator import record_failure
+        from distbench.slurm_state import scheduler_failure, slurm_job_state
+
+        cfg, job_dir = self._job_config(overrides, job_num)
+        done = job_dir / "outcome.json"
+        if done.exists():
+            outcome = json.loads(done.read_text())
+        else:
+            state, slurm_reason = slurm_job_state(str(job.job_id))
+            kind, reason = scheduler_failure(state, slurm_reason)
+            failure = {
+                "failure_kind": kind,
+                "failure_reason": f"{reason}; {detail}",
+                "slurm_job_id": str(job.job_id),
+            }
+            project_dir = Path(os.environ.get("DISTBENCH_HOME", Path.cwd()))
+            outcome = record_failure(cfg, job_dir, project_dir, failure, f"job {job_num + 1}")
+        return JobReturn(
+            overrides=overrides, status=JobStatus.COMPLETED, _return_value=outcome, cfg=cfg
+        )
