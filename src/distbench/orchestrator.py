@@ -37,6 +37,7 @@ from distbench.worker import write_json_atomic
 from distbench.workloads import Measured, load
 
 SIGNATURE_TAG = "distbench.signature"
+SCHEDULER_STATE_WAIT_S = 5.0
 # Outcome entries that become run tags when present (public: users filter on them).
 TAGGED_OUTCOME_KEYS = (
     "failure_kind",
@@ -186,6 +187,25 @@ def resume_decision(cfg: DictConfig, signature: str) -> str | None:
     return None
 
 
+def scheduler_ended(slurm_job_id: str | None) -> tuple[str, str] | None:
+    """(failure_kind, reason) when SLURM itself ended this job (its ranks died because of it),
+    else None: a job cancelled or over its time limit is not a crash of a rank."""
+    if not slurm_job_id:
+        return None
+    from distbench.slurm_state import scheduler_failure, slurm_job_state
+
+    # The scheduler marks the job before it signals the steps, but scontrol may show RUNNING or
+    # COMPLETING for a moment: a failed job waits a few seconds for the final state.
+    deadline = time.monotonic() + SCHEDULER_STATE_WAIT_S
+    state, slurm_reason = slurm_job_state(slurm_job_id)
+    while state.split(" ")[0] in ("RUNNING", "COMPLETING") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state, slurm_reason = slurm_job_state(slurm_job_id)
+    if not state or state.split(" ")[0] in ("PENDING", "RUNNING", "COMPLETING", "COMPLETED"):
+        return None
+    return scheduler_failure(state, slurm_reason)
+
+
 def new_outcome(
     cfg: DictConfig, job_dir: Path, label: str
 ) -> tuple[dict[str, Any], dict[str, str], str]:
@@ -331,6 +351,9 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
         if result.get("emulated"):  # collectives the backend lacks ran as their equivalent
             outcome["emulated"] = json.dumps(result["emulated"], sort_keys=True)
     else:
+        ended_by_scheduler = scheduler_ended(outcome.get("slurm_job_id"))
+        if ended_by_scheduler:  # srun's step was ended by scancel / the time limit / a node
+            launched.failure_kind, launched.failure_reason = ended_by_scheduler
         reason = launched.failure_reason
         if launched.failure_kind == "oom" and cfg.workload.name == "train":
             reason += f" (batch.micro_batch_size={cfg.batch.micro_batch_size})"

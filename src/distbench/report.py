@@ -103,7 +103,11 @@ def load_runs(tracking_uri: str, sweep: str | None, experiment: str = "distbench
     parent_of = {r.info.run_id: r.data.tags.get("mlflow.parentRunId") for r in runs}
     parents = {p for p in parent_of.values() if p}
     if sweep is None:
-        children = [r for r in runs if r.info.run_id not in parents]
+        children = [  # every job's run; `distbench compare` runs are not jobs
+            r
+            for r in runs
+            if r.info.run_id not in parents and r.data.tags.get("distbench.kind") != "compare"
+        ]
         name = client.get_experiment(experiment_id).name
         return Selection(children, None, experiment_id, f"experiment {name}")
     if sweep == "latest":

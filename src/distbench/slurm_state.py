@@ -40,14 +40,28 @@ def parse_scontrol_job(text: str) -> tuple[str, str]:
     return (state.group(1) if state else ""), (reason.group(1) if reason else "")
 
 
+def task_line(scontrol_output: str, task_id: str) -> str | None:
+    """The line of `scontrol show job -o` output for array task `task_id` (any line with a
+    JobState when the job is not an array task)."""
+    for line in scontrol_output.splitlines():
+        if "JobState=" in line and (not task_id or re.search(rf"\bArrayTaskId={task_id}\b", line)):
+            return line
+    return None
+
+
 def slurm_job_state(job_id: str) -> tuple[str, str]:
     """(state, reason) from scontrol (kept MinJobAge seconds after the end; no accounting
     database needed), then sacct; ("", "") when neither knows the job."""
-    out = subprocess.run(
-        ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=False
-    )
-    if out.returncode == 0 and "JobState=" in out.stdout:
-        return parse_scontrol_job(out.stdout)
+    array_id, _, task_id = job_id.partition("_")
+    # An array task's own id is not always found (the array's first record stands for it):
+    # list the whole array and pick the task's line.
+    for query in dict.fromkeys([job_id, array_id]):
+        out = subprocess.run(
+            ["scontrol", "show", "job", "-o", query], capture_output=True, text=True, check=False
+        )
+        line = task_line(out.stdout, task_id) if out.returncode == 0 else None
+        if line:
+            return parse_scontrol_job(line)
     out = subprocess.run(
         ["sacct", "-n", "-X", "-P", "-o", "State,Reason", "-j", job_id],
         capture_output=True,
@@ -56,3 +70,12 @@ def slurm_job_state(job_id: str) -> tuple[str, str]:
     )
     fields = out.stdout.strip().splitlines()[0].split("|") if out.stdout.strip() else []
     return (fields[0], fields[1] if len(fields) > 1 else "") if fields else ("", "")
+
+
+def queued_state(job_id: str) -> str:
+    """The job's state while SLURM still queues it (PENDING, RUNNING, ...), else "". squeue
+    also knows an array task still pending inside its array's record."""
+    out = subprocess.run(
+        ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, check=False
+    )
+    return out.stdout.split()[0] if out.returncode == 0 and out.stdout.strip() else ""

@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from distbench.config import Layout
+from distbench.config import RAW_WORKLOADS, Layout
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         from distbench.workloads import load
 
         workload = load(cfg.workload.name)
-        dist_utils.init_process_group(device)
+        raw = cfg.workload.name in RAW_WORKLOADS  # plain torch.distributed, no engine
+        dist_utils.init_process_group(device, "torch" if raw else cfg.strategy.engine)
         dist_utils.heartbeat(run_dir, rank, -1)
         layout = Layout(**cfg.layout)
         figures = workload.run(cfg, layout, run_dir, device)

@@ -1,7 +1,8 @@
 """`hydra/launcher=slurm` on a real one-node SLURM cluster (tests/infra/slurm_cluster.py): the
 sweep goes through sbatch as one job array, each job's orchestrator starts its ranks with srun +
-torchrun, the runs land in MLflow under one parent, and a job cancelled with scancel is a FAILED
-run (failure_kind=cancelled) while the sweep goes on. Skipped with a reason without SLURM.
+torchrun, the runs land in MLflow under one parent, and a job cancelled with scancel while its
+ranks run is a FAILED run (failure_kind=cancelled) while the sweep goes on. Skipped with a
+reason without SLURM.
 
     pytest tests/e2e/test_slurm_sweep.py
 """
@@ -12,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -39,6 +41,16 @@ def test_a_sweep_runs_through_sbatch_and_srun_into_one_parent(slurm_cluster, tmp
     assert (children["tags.equivalent"] == "true").all()
 
 
+def wait_until_ranks_run(tmp_path, timeout_s: float = 300) -> None:
+    """Until the second job (5000 steps) has started its ranks: its timed steps are logged."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any("timed" in p.read_text() for p in tmp_path.glob("multirun/*/*/1/progress.jsonl")):
+            return
+        time.sleep(1)
+    raise AssertionError("the long job never started its timed steps")
+
+
 def test_a_cancelled_job_is_a_failed_run_and_the_sweep_goes_on(slurm_cluster, tmp_path):  # noqa: F811
     env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
     args = ["-m", *SLURM, "strategy=dp", "world_size=2", "model=tiny"]
@@ -57,6 +69,7 @@ def test_a_cancelled_job_is_a_failed_run_and_the_sweep_goes_on(slurm_cluster, tm
             seen.append(line)
             found = re.search(r"job 2/2 is SLURM job (\S+)", line)
             if found:
+                wait_until_ranks_run(tmp_path)
                 subprocess.run(["scancel", found.group(1)], check=True)
                 break
         out, _ = proc.communicate(timeout=600)

@@ -15,7 +15,7 @@ from distbench.config import ConfigError, resolve_num_nodes, validate
 from distbench.launch import first_node_of_allocation
 from distbench.node_agents import run_agents
 from distbench.orchestrator import describe
-from distbench.slurm_state import parse_scontrol_job, scheduler_failure
+from distbench.slurm_state import parse_scontrol_job, scheduler_failure, task_line
 from distbench.topology import plan_launch, resolve_rank_launcher, slurm_job_id
 from tests.conftest import compose_config
 
@@ -172,3 +172,13 @@ def test_local_node_agents_stop_together(tmp_path):
     started = time.monotonic()
     assert run_agents(2, [sys.executable, "-c", claim]) == 3
     assert time.monotonic() - started < 30  # the sleeping twin was stopped
+
+
+def test_an_array_task_is_found_in_the_arrays_listing():
+    listing = (
+        "JobId=2 ArrayJobId=1 ArrayTaskId=0 JobState=RUNNING Reason=None\n"
+        "JobId=1 ArrayJobId=1 ArrayTaskId=1 JobState=CANCELLED Reason=None\n"
+    )
+    assert parse_scontrol_job(task_line(listing, "1")) == ("CANCELLED", "None")
+    assert task_line(listing, "7") is None
+    assert task_line("JobId=5 JobState=TIMEOUT Reason=TimeLimit", "") is not None

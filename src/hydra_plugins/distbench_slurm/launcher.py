@@ -33,31 +33,31 @@ log = logging.getLogger(__name__)
 
 
 POLL_S = 2.0
-# A job SLURM no longer lists as pending/running but whose result file has not appeared yet:
-# how long to wait for the file (shared filesystems lag) before calling the job ended.
+# A job that left the queue but whose result file has not appeared yet: how long to wait for
+# the file (shared filesystems lag) before calling the job ended without one.
 RESULT_GRACE_S = 30.0
-ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
 
 
-def wait_for(job: Any) -> str | None:
-    """Wait until the job has a result (None) or SLURM says it ended without one (a line for
-    the record). submitit alone cannot tell: without SLURM accounting (sacct) it never sees a
-    cancelled or killed job end and waits forever, so scontrol is asked as well."""
-    from distbench.slurm_state import slurm_job_state
+def wait_for(job: Any) -> tuple[str, str] | None:
+    """Wait until the job has a result (None) or SLURM says it ended without one: then its
+    (state, reason). submitit alone cannot tell: without SLURM accounting (sacct) it never
+    sees a cancelled or killed job end and waits forever, so squeue and scontrol are asked."""
+    from distbench.slurm_state import queued_state, slurm_job_state
 
-    gone_since = None
+    job_id, last_queued, left_at = str(job.job_id), "", None
     while not job.done():
-        state, _ = slurm_job_state(str(job.job_id))
-        if state.split(" ")[0] in ACTIVE_STATES:
-            gone_since = None
+        queued = queued_state(job_id)
+        if queued:
+            last_queued, left_at = queued, None
         else:
-            gone_since = gone_since or time.monotonic()
-            if time.monotonic() - gone_since > RESULT_GRACE_S or (
-                state and not state.startswith("COMPLETED")
-            ):
-                if job.done(force_check=True):
-                    return None
-                return f"no result from submitit (SLURM state {state or 'unknown'})"
+            left_at = left_at or time.monotonic()
+            state, reason = slurm_job_state(job_id)
+            never_started = last_queued == "PENDING" or not job.paths.stdout.exists()
+            if not state and never_started:  # taken out of the queue before it started
+                state, reason = "CANCELLED", "removed from the queue while pending"
+            ended = state and not state.startswith("COMPLETED")
+            if ended or time.monotonic() - left_at > RESULT_GRACE_S:
+                return None if job.done(force_check=True) else (state, reason)
         time.sleep(POLL_S)
     return None
 
@@ -118,7 +118,7 @@ class DistbenchSlurmLauncher(SlurmLauncher):
                 ended = wait_for(job)
                 returns.append(job.results()[0] if ended is None else None)
             except Exception as exc:  # submitit's UncompletedJobError / FailedJobError
-                ended = str(exc).splitlines()[0][:200]
+                ended = ("", f"submitit: {str(exc).splitlines()[0][:200]}")
             if ended is not None:
                 returns.append(
                     self._record_ended_job(list(overrides), initial_job_idx + idx, job, ended)
@@ -136,8 +136,21 @@ class DistbenchSlurmLauncher(SlurmLauncher):
             del sweep_config["hydra"]
         return sweep_config, job_dir
 
+    @staticmethod
+    def _upload_spooled(job_dir: Path) -> None:
+        """Log the job's spooled run unless the store has it (exactly once, as distbench sync)."""
+        from distbench.spool import PAYLOAD, sync_sweep
+        from distbench.tracking import TRACKING_URI_ENV
+
+        uri = os.environ.get(TRACKING_URI_ENV)
+        if uri and (job_dir / PAYLOAD).exists():
+            try:
+                sync_sweep(job_dir, uri)
+            except Exception as exc:  # the run stays spooled for `distbench sync`
+                print(f"distbench: {job_dir}: upload failed ({type(exc).__name__}): {exc}")
+
     def _record_ended_job(
-        self, overrides: list[str], job_num: int, job: Any, detail: str
+        self, overrides: list[str], job_num: int, job: Any, ended: tuple[str, str]
     ) -> JobReturn:
         """A job that ended without an outcome (cancelled, timed out, node lost): record it as
         a FAILED run unless the job recorded itself before it ended."""
@@ -146,14 +159,17 @@ class DistbenchSlurmLauncher(SlurmLauncher):
 
         cfg, job_dir = self._job_config(overrides, job_num)
         done = job_dir / "outcome.json"
-        if done.exists():
+        if done.exists():  # it recorded itself; its MLflow run may not have landed before the end
             outcome = json.loads(done.read_text())
+            self._upload_spooled(job_dir)
         else:
-            state, slurm_reason = slurm_job_state(str(job.job_id))
-            kind, reason = scheduler_failure(state, slurm_reason)
+            state, slurm_reason = ended
+            if not state:
+                state, slurm_reason = slurm_job_state(str(job.job_id))
+            kind, reason = scheduler_failure(state, slurm_reason or ended[1])
             failure = {
                 "failure_kind": kind,
-                "failure_reason": f"{reason}; {detail}",
+                "failure_reason": reason,
                 "slurm_job_id": str(job.job_id),
             }
             project_dir = Path(os.environ.get("DISTBENCH_HOME", Path.cwd()))
