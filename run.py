@@ -14,7 +14,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from distbench.config import register_configs
+from distbench.compose.schema import register_configs
 
 PROJECT_DIR = Path(__file__).resolve().parent
 os.environ.setdefault("DISTBENCH_HOME", str(PROJECT_DIR))  # conf/config.yaml's searchpath
@@ -26,9 +26,9 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from distbench.config import ConfigError, baseline_on_one_device, validate
+    from distbench.compose.schema import ConfigError, baseline_on_one_device, validate
     from distbench.orchestrator import run_job
-    from distbench.summary import print_summary
+    from distbench.tools.summary import print_summary
 
     single_run = HydraConfig.get().mode == RunMode.RUN
     if single_run:

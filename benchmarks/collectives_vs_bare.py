@@ -25,7 +25,7 @@ from pathlib import Path
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "src"))
 
-from distbench import comm_metrics as cm  # noqa: E402
+from distbench.workloads.collectives import metrics as cm  # noqa: E402
 
 
 def bare_loop(out_path: Path, sizes: list[int], num_warmup: int, num_iters: int) -> None:
@@ -55,8 +55,8 @@ def bare_loop(out_path: Path, sizes: list[int], num_warmup: int, num_iters: int)
 
 
 def run_bare(out_dir: Path, n: int, sizes: list[int], num_warmup: int, num_iters: int) -> dict:
-    from distbench.hardware import num_cpu_cores
-    from distbench.launch import free_port
+    from distbench.compose.hardware import num_cpu_cores
+    from distbench.launch.workers import free_port
 
     out = out_dir / "bare.json"
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, num_cpu_cores() // n)))
@@ -71,7 +71,7 @@ def run_distbench(out_dir: Path, n: int, args: argparse.Namespace) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from distbench.config import register_configs
+    from distbench.compose.schema import register_configs
     from distbench.orchestrator import run_job
 
     os.environ.setdefault("DISTBENCH_HOME", str(PROJECT_DIR))
@@ -96,7 +96,7 @@ def run_distbench(out_dir: Path, n: int, args: argparse.Namespace) -> dict:
     if outcome["status"] != "FINISHED":
         raise SystemExit(f"distbench job failed: {outcome.get('failure_reason')}")
     result = json.loads((job_dir / "result.json").read_text())
-    from distbench.metrics import percentile
+    from distbench.figures.metrics import percentile
 
     return {p["size_bytes"]: percentile(p["times_s"], 50) for p in result["points"]}
 

@@ -57,9 +57,9 @@ from typing import Any
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "src"))
 
-from distbench.hardware import num_cpu_cores  # noqa: E402
-from distbench.launch import free_port, remove_shm_leftovers, worker_env  # noqa: E402
-from distbench.metrics import percentile  # noqa: E402
+from distbench.compose.hardware import num_cpu_cores  # noqa: E402
+from distbench.figures.metrics import percentile  # noqa: E402
+from distbench.launch.workers import free_port, remove_shm_leftovers, worker_env  # noqa: E402
 
 BARE_SCRIPTS = {
     "ddp": PROJECT_DIR / "benchmarks" / "bare" / "bare_train_ddp.py",
@@ -218,7 +218,7 @@ def work_dir(keep: Path | None, prefix: str) -> Iterator[Path]:
 
 def create_store(work: Path) -> float:
     """Create the temporary sqlite store and experiment (as a user's first run does); its time."""
-    code = "import sys; from distbench.mlflow_store import ensure_experiment as e; "
+    code = "import sys; from distbench.tracking.mlflow_store import ensure_experiment as e; "
     code += "e(sys.argv[1], 'distbench')"
     start = time.monotonic()
     subprocess.run(

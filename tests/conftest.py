@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from distbench.config import register_configs
+from distbench.compose.schema import register_configs
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_DIR / "conf"

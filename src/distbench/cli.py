@@ -19,8 +19,8 @@ from types import SimpleNamespace
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from distbench.mlflow_store import ensure_experiment, ui_url
-    from distbench.tracking import resolve_tracking_uri
+    from distbench.tracking.mlflow_store import ensure_experiment, ui_url
+    from distbench.tracking.sweep import resolve_tracking_uri
 
     tracking = SimpleNamespace(backend="sqlite", uri=args.tracking_uri)
     uri = resolve_tracking_uri(tracking, Path.cwd())
@@ -43,8 +43,8 @@ def _ui(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    from distbench.spool import sync_sweep
-    from distbench.tracking import resolve_tracking_uri
+    from distbench.tracking.spool import sync_sweep
+    from distbench.tracking.sweep import resolve_tracking_uri
 
     uri = resolve_tracking_uri(SimpleNamespace(backend="sqlite", uri=args.tracking_uri), Path.cwd())
     counts = sync_sweep(Path(args.sweep_dir), uri)
@@ -56,7 +56,7 @@ def _sync(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from distbench.summary import load_outcomes, print_summary
+    from distbench.tools.summary import load_outcomes, print_summary
 
     outcomes = load_outcomes(Path(args.sweep_dir))
     if not outcomes:
@@ -71,7 +71,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     from hydra.errors import HydraException
 
-    from distbench.plan import make_plan, plan_json, print_plan
+    from distbench.tools.plan import make_plan, plan_json, print_plan
 
     strategies = [s for s in (args.strategies or "").split(",") if s] or None
     try:
@@ -94,8 +94,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from distbench import report
-    from distbench.tracking import resolve_tracking_uri
+    from distbench.tools import report
+    from distbench.tracking.sweep import resolve_tracking_uri
 
     uri = resolve_tracking_uri(SimpleNamespace(backend="sqlite", uri=args.tracking_uri), Path.cwd())
     sweep = args.sweep if args.sweep or args.experiment else "latest"
@@ -121,7 +121,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _server(args: argparse.Namespace) -> int:
-    from distbench import server
+    from distbench.tools import server
 
     try:
         plan = server.plan_server(
@@ -146,8 +146,8 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from distbench import compare
-    from distbench.tracking import resolve_tracking_uri
+    from distbench.tools import compare
+    from distbench.tracking.sweep import resolve_tracking_uri
 
     uri = resolve_tracking_uri(SimpleNamespace(backend="sqlite", uri=args.tracking_uri), Path.cwd())
     try:
@@ -204,8 +204,8 @@ def _schedule(args: argparse.Namespace) -> int:
     import datetime as dt
     import shutil
 
-    from distbench import schedule
-    from distbench.plan import project_dir
+    from distbench.tools import schedule
+    from distbench.tools.plan import project_dir
 
     # options may come between the overrides: parse what argparse left in `rest` again
     known = {k: v for k, v in vars(args).items() if k not in ("rest", "func", "command")}

@@ -16,8 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from distbench import equivalence
-from distbench.config import (
+from distbench.compose.hardware import gpu_names, num_cpu_cores, resolve_hardware
+from distbench.compose.schema import (
     RAW_WORKLOADS,
     ConfigError,
     baseline_on_one_device,
@@ -27,13 +27,13 @@ from distbench.config import (
     tp_spans_nodes,
     validate,
 )
-from distbench.hardware import gpu_names, num_cpu_cores, resolve_hardware
-from distbench.launch import remove_shm_leftovers, run_workers, worker_env
-from distbench.metrics import check_mfu
-from distbench.signature import run_signature
-from distbench.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
-from distbench.watchdog import Watchdog
-from distbench.worker import write_json_atomic
+from distbench.figures import equivalence
+from distbench.figures.metrics import check_mfu
+from distbench.launch.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
+from distbench.launch.watchdog import Watchdog
+from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
+from distbench.ranks.worker import write_json_atomic
+from distbench.tracking.signature import run_signature
 from distbench.workloads import Measured, load
 
 SIGNATURE_TAG = "distbench.signature"
@@ -140,7 +140,7 @@ def job_position() -> tuple[int | None, int | None]:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return None, None
-    from distbench.tracking import NUM_JOBS_ENV
+    from distbench.tracking.sweep import NUM_JOBS_ENV
 
     total = os.environ.get(NUM_JOBS_ENV)
     return hydra_cfg.job.num + 1, int(total) if total else None
@@ -161,8 +161,8 @@ def run_name(cfg: DictConfig, zero_stage: str) -> str:
 
 def previous_run(cfg: DictConfig, signature: str) -> tuple[str, str] | None:
     """(status, run id) of the newest run with this signature, if the store has one."""
-    from distbench.mlflow_store import ensure_experiment, find_runs
-    from distbench.tracking import resolve_tracking_uri
+    from distbench.tracking.mlflow_store import ensure_experiment, find_runs
+    from distbench.tracking.sweep import resolve_tracking_uri
 
     uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
     if uri is None:
@@ -192,7 +192,7 @@ def scheduler_ended(slurm_job_id: str | None) -> tuple[str, str] | None:
     else None: a job cancelled or over its time limit is not a crash of a rank."""
     if not slurm_job_id:
         return None
-    from distbench.slurm_state import scheduler_failure, slurm_job_state
+    from distbench.launch.slurm_state import scheduler_failure, slurm_job_state
 
     # The scheduler marks the job before it signals the steps, but scontrol may show RUNNING or
     # COMPLETING for a moment: a failed job waits a few seconds for the final state.
@@ -245,7 +245,7 @@ def record_failure(
 
 def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
     """Run one job end to end and return its outcome (also written to job_dir/outcome.json)."""
-    from distbench.progress import JobProgress
+    from distbench.launch.progress import JobProgress
 
     started = time.monotonic()
     cfg, world_size_requested = baseline_on_one_device(cfg)
@@ -380,11 +380,11 @@ def _finish(
 ) -> dict[str, Any]:
     """Write outcome.json and spool the MLflow run, then log it; a tracking failure is reported
     (the run stays spooled for `distbench sync`), never raised."""
-    from distbench.hardware import detect_tags
-    from distbench.mlflow_store import flatten
-    from distbench.secrets_mask import mask_text, mask_tree
-    from distbench.spool import JOB_DIR_TAG, upload, write_payload
-    from distbench.tracking import PARENT_RUN_ENV, resolve_tracking_uri, software_tags
+    from distbench.compose.hardware import detect_tags
+    from distbench.tracking.mlflow_store import flatten
+    from distbench.tracking.secrets_mask import mask_text, mask_tree
+    from distbench.tracking.spool import JOB_DIR_TAG, upload, write_payload
+    from distbench.tracking.sweep import PARENT_RUN_ENV, resolve_tracking_uri, software_tags
 
     outcome["orchestrator_time_s"] = time.monotonic() - started
     write_json_atomic(job_dir / "outcome.json", outcome)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from distbench.equivalence import TOLERANCE
+from distbench.figures.equivalence import TOLERANCE
 from distbench.orchestrator import run_job
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
 

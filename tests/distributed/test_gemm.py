@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from distbench import gemm_metrics as gm
 from distbench.orchestrator import run_job
+from distbench.workloads.gemm import metrics as gm
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
 
 pytestmark = pytest.mark.distributed

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from distbench.config import validate
+from distbench.compose.schema import validate
 from distbench.orchestrator import run_job
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
 
@@ -33,8 +33,8 @@ FAST = [
 
 def single_device_decode(cfg, num_rows: int) -> dict:
     """Step 0's prompts decoded greedily by the whole model on this process's CPU."""
-    from distbench.models import build_model
-    from distbench.workloads.inference import greedy_decode, prompt_batch
+    from distbench.ranks.models import build_model
+    from distbench.workloads.inference.workload import greedy_decode, prompt_batch
 
     model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed).eval()
     prompts = prompt_batch(cfg.workload.seed, 0, num_rows, PROMPT, cfg.model.vocab_size)

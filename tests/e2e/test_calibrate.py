@@ -1,4 +1,4 @@
-"""hardware.peak_source=measured for real: `python -m distbench.calibrate` times a GEMM on this
+"""hardware.peak_source=measured for real: `python -m distbench.compose.calibrate` times a GEMM on this
 CPU (one thread) and caches it; the shared tiny sweep ran with the measured peak; a calibration
 that fails leaves the catalog peak with the reason."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from distbench import calibrate, hardware
+from distbench.compose import calibrate, hardware
 from tests.conftest import CONF_DIR
 from tests.e2e.tiny_sweep import Sweep, shared_sweep
 
@@ -25,7 +25,15 @@ def sweep(tmp_path_factory) -> Sweep:
 
 def calibrate_cpu(cache_dir) -> dict:
     env = dict(os.environ, DISTBENCH_CACHE_DIR=str(cache_dir), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "distbench.calibrate", "--device", "cpu", "--dtype", "fp32"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "distbench.compose.calibrate",
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+    ]
     cmd += ["--threads", "1", "--size", "512"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, timeout=300)
     return json.loads(proc.stdout.strip().splitlines()[-1])

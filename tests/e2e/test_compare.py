@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distbench.mlflow_store import ensure_experiment
+from distbench.tracking.mlflow_store import ensure_experiment
 from tests.conftest import PROJECT_DIR
 
 pytestmark = pytest.mark.e2e

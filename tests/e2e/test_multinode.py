@@ -22,7 +22,7 @@ def agents_alive() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "distbench.node_agents" in cmdline or "distbench.worker" in cmdline:
+        if "distbench.launch.node_agents" in cmdline or "distbench.ranks.worker" in cmdline:
             found.append(proc)
     return found
 

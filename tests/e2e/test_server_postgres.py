@@ -21,7 +21,7 @@ import psycopg2
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distbench.launch import free_port
+from distbench.launch.workers import free_port
 from tests.conftest import PROJECT_DIR
 from tests.infra.postgres import Postgres, postgres_server  # noqa: F401 (the fixture)
 

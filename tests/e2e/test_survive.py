@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distbench.launch import free_port
+from distbench.launch.workers import free_port
 from tests.conftest import PROJECT_DIR
 from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
 

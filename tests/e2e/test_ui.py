@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from distbench.launch import free_port
-from distbench.mlflow_store import ensure_experiment
+from distbench.launch.workers import free_port
+from distbench.tracking.mlflow_store import ensure_experiment
 
 pytestmark = pytest.mark.e2e
 

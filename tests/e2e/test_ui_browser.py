@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from distbench.launch import free_port
+from distbench.launch.workers import free_port
 from tests.e2e.tiny_sweep import Sweep, shared_sweep
 
 CHROMIUM = "/usr/bin/chromium"

@@ -10,8 +10,9 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from distbench import analytic
-from distbench.analytic import (
+from distbench.compose.schema import Layout, validate
+from distbench.figures import analytic
+from distbench.figures.analytic import (
     Memory,
     Prediction,
     activation_bytes_per_layer,
@@ -26,8 +27,7 @@ from distbench.analytic import (
     tp_comm_bytes,
     zero_model_states_bytes,
 )
-from distbench.config import Layout, validate
-from distbench.metrics import GIB
+from distbench.figures.metrics import GIB
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit

@@ -8,8 +8,8 @@ import csv
 
 import pytest
 
-from distbench.config import Layout
-from distbench.workloads import collectives
+from distbench.compose.schema import Layout
+from distbench.workloads.collectives import workload as collectives
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from distbench import comm_metrics as cm
+from distbench.workloads.collectives import metrics as cm
 
 pytestmark = pytest.mark.unit
 

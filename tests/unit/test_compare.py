@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from distbench import compare
-from distbench.compare import RunSample
+from distbench.tools import compare
+from distbench.tools.compare import RunSample
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from distbench.config import ConfigError, validate
+from distbench.compose.schema import ConfigError, validate
 from tests.conftest import CONF_DIR, compose_config, config_options
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distbench import gemm_metrics as gm
+from distbench.workloads.gemm import metrics as gm
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from distbench.hardware import catalog_option_for, cpu_peak_tflops_per_core, resolve_hardware
+from distbench.compose.hardware import (
+    catalog_option_for,
+    cpu_peak_tflops_per_core,
+    resolve_hardware,
+)
 from tests.conftest import CONF_DIR
 
 pytestmark = pytest.mark.unit

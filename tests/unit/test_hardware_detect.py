@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from distbench import calibrate, hardware
-from distbench.config import ConfigError, validate
-from distbench.metrics import check_mfu
+from distbench.compose import calibrate, hardware
+from distbench.compose.schema import ConfigError, validate
+from distbench.figures.metrics import check_mfu
 from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
@@ -59,7 +59,7 @@ def test_this_machine_has_cpu_tags_and_the_cores_this_process_may_use():
 
 
 def test_hardware_does_not_import_torch():
-    code = "import sys, distbench.hardware as h; h.detect_tags(); print('torch' in sys.modules)"
+    code = "import sys, distbench.compose.hardware as h; h.detect_tags(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from distbench.config import ConfigError, inference_sizes, validate
+from distbench.compose.schema import ConfigError, inference_sizes, validate
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from distbench import inference_metrics as im
+from distbench.workloads.inference import metrics as im
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +105,7 @@ def test_flops_formula_equals_flop_counter_on_a_real_prefill_and_decode_step():
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from distbench.models import build_model, count_params
+    from distbench.ranks.models import build_model, count_params
     from tests.conftest import compose_config
 
     overrides = ["model.hidden_size=64", "model.num_layers=2", "model.vocab_size=512"]

@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from distbench.launch import (
+from distbench.launch.workers import (
     classify_failure,
     free_port,
     remove_shm_leftovers,
@@ -23,7 +23,7 @@ def test_worker_command_runs_torchrun_on_the_worker_module():
     cmd = worker_command("/tmp/job", 4, 29555)
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert "--nproc_per_node=4" in cmd and "--master_port=29555" in cmd
-    assert cmd[-3:] == ["-m", "distbench.worker", "/tmp/job"]
+    assert cmd[-3:] == ["-m", "distbench.ranks.worker", "/tmp/job"]
 
 
 def test_free_ports_differ_between_jobs():

@@ -17,10 +17,15 @@ SCRIPT = """
 import json, sys
 sys.argv = ["run.py"]
 from tests.conftest import compose_config, CONF_DIR
-from distbench.config import validate
-from distbench.launch import worker_command, worker_env
-from distbench.hardware import resolve_hardware
-from distbench import orchestrator, tracking, summary, progress, spool, watchdog
+from distbench.compose.schema import validate
+from distbench.launch.workers import worker_command, worker_env
+from distbench.compose.hardware import resolve_hardware
+from distbench import orchestrator
+from distbench.tracking import sweep
+from distbench.tools import summary
+from distbench.launch import progress
+from distbench.tracking import spool
+from distbench.launch import watchdog
 from distbench.workloads import load
 cfg = compose_config(["strategy=zero3", "world_size=4"])
 layout = validate(cfg)

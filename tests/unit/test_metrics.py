@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distbench import metrics
+from distbench.figures import metrics
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.unit
 SCRIPT = """
 import atexit, gc, sys
 atexit.register(lambda: print("before client: frozen", gc.get_freeze_count() > 0))
-from distbench.mlflow_store import client
+from distbench.tracking.mlflow_store import client
 client(sys.argv[1]); client(sys.argv[1])
 atexit.register(lambda: print("after client: frozen", gc.get_freeze_count() > 0))
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distbench.models import build_model, count_params
+from distbench.ranks.models import build_model, count_params
 from tests.conftest import compose_config, config_options
 
 pytestmark = pytest.mark.unit

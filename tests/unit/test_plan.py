@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from distbench.plan import make_plan, plan_json, plan_table, project_dir, strategy_options
+from distbench.tools.plan import make_plan, plan_json, plan_table, project_dir, strategy_options
 from tests.conftest import CONF_DIR, PROJECT_DIR
 
 pytestmark = pytest.mark.unit

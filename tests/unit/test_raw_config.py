@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from distbench.config import ConfigError, validate
+from distbench.compose.schema import ConfigError, validate
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit

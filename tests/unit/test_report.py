@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distbench import report
+from distbench.tools import report
 
 pytestmark = pytest.mark.unit
 

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distbench.config import ConfigError, validate
+from distbench.compose.schema import ConfigError, validate
+from distbench.launch.watchdog import Watchdog
 from distbench.orchestrator import device_shortfall
-from distbench.secrets_mask import mask_text, mask_tree
-from distbench.signature import run_signature
-from distbench.tracking import require_writable
-from distbench.watchdog import Watchdog
+from distbench.tracking.secrets_mask import mask_text, mask_tree
+from distbench.tracking.signature import run_signature
+from distbench.tracking.sweep import require_writable
 from tests.conftest import compose_config, config_options
 
 pytestmark = pytest.mark.unit
@@ -134,7 +134,7 @@ def test_an_unwritable_output_dir_exits_with_one_line(capsys):
 
 def test_more_cuda_ranks_than_gpus_is_refused():
     assert device_shortfall("cpu", 64) is None
-    from distbench.hardware import gpu_names
+    from distbench.compose.hardware import gpu_names
 
     visible = len(gpu_names())
     message = device_shortfall("cuda", visible + 1)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from distbench import cli, schedule
+from distbench import cli
+from distbench.tools import schedule
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from distbench import cli, server
-from distbench.tracking import resolve_tracking_uri
+from distbench import cli
+from distbench.tools import server
+from distbench.tracking.sweep import resolve_tracking_uri
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit

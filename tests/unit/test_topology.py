@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from distbench.config import ConfigError, resolve_num_nodes, validate
-from distbench.launch import first_node_of_allocation
-from distbench.node_agents import run_agents
+from distbench.compose.schema import ConfigError, resolve_num_nodes, validate
+from distbench.launch.node_agents import run_agents
+from distbench.launch.slurm_state import parse_scontrol_job, scheduler_failure, task_line
+from distbench.launch.topology import plan_launch, resolve_rank_launcher, slurm_job_id
+from distbench.launch.workers import first_node_of_allocation
 from distbench.orchestrator import describe
-from distbench.slurm_state import parse_scontrol_job, scheduler_failure, task_line
-from distbench.topology import plan_launch, resolve_rank_launcher, slurm_job_id
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit
@@ -96,7 +96,7 @@ def test_one_node_is_a_static_torchrun_on_loopback(tmp_path):
 def test_local_nodes_are_agents_at_one_c10d_rendezvous(tmp_path):
     cfg = compose_config(["world_size=4", "num_nodes=2", "rank_launcher=local_nodes"])
     plan = plan_launch(cfg, tmp_path, env={})
-    assert plan.cmd[1:4] == ["-m", "distbench.node_agents", "2"]
+    assert plan.cmd[1:4] == ["-m", "distbench.launch.node_agents", "2"]
     agent = plan.cmd[plan.cmd.index("--") + 1 :]
     assert "--nnodes=2" in agent and "--nproc_per_node=2" in agent
     assert "--rdzv_backend=c10d" in agent and f"--rdzv_endpoint=127.0.0.1:{plan.port}" in agent

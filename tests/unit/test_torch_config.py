@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from distbench.config import ENGINES, ConfigError, baseline_on_one_device, validate
-from distbench.strategies import ENGINE_MODULES, GRID_DIMS
-from distbench.workloads.train import combine
+from distbench.compose.schema import ENGINES, ConfigError, baseline_on_one_device, validate
+from distbench.engines import ENGINE_MODULES, GRID_DIMS
+from distbench.workloads.train.workload import combine
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distbench.mlflow_store import ensure_experiment, flatten, log_child_run, ui_url
-from distbench.tracking import count_sweep_jobs, resolve_tracking_uri
+from distbench.tracking.mlflow_store import ensure_experiment, flatten, log_child_run, ui_url
+from distbench.tracking.sweep import count_sweep_jobs, resolve_tracking_uri
 
 pytestmark = pytest.mark.unit
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from types import ModuleType
 
 WORKLOAD_MODULES = {
-    "train": "distbench.workloads.train",
-    "gemm": "distbench.workloads.gemm",
-    "collectives": "distbench.workloads.collectives",
-    "inference": "distbench.workloads.inference",
+    "train": "distbench.workloads.train.workload",
+    "gemm": "distbench.workloads.gemm.workload",
+    "collectives": "distbench.workloads.collectives.workload",
+    "inference": "distbench.workloads.inference.workload",
 }
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from distbench.models import DTYPE_NAMES
+from distbench.ranks.models import DTYPE_NAMES
 
 
 def torch_dtype(name: str):
@@ -30,7 +30,7 @@ def time_call(fn: Callable[[], Any], device: str) -> float:
     """Seconds one call of fn takes on this rank: barrier + device sync before, sync after."""
     import torch.distributed as dist
 
-    from distbench.dist import synchronize
+    from distbench.ranks.dist import synchronize
 
     dist.barrier()
     synchronize(device)
@@ -64,7 +64,7 @@ class Progress:
         self.num_points, self.done = num_points, 0
 
     def point(self, phase: str, time_s: float) -> None:
-        from distbench.dist import heartbeat
+        from distbench.ranks.dist import heartbeat
 
         self.done += 1
         heartbeat(self.run_dir, self.rank, self.done)

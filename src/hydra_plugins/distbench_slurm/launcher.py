@@ -7,7 +7,7 @@ parallelism). Differences from `submitit_slurm`:
   with SLURM_PROCID 0 orchestrates (its srun starts one torchrun agent per node), so only one
   process per job writes to MLflow;
 - a job the scheduler ends (scancel, time limit, node failure) is recorded as a FAILED child run
-  with its failure kind (distbench.slurm_state) and the sweep goes on; the stock launcher raises
+  with its failure kind (distbench.launch.slurm_state) and the sweep goes on; the stock launcher raises
   on the first such job and the sweep's parent run is never closed.
 
     python run.py -m hydra/launcher=slurm hydra.launcher.partition=gpu strategy=dp,zero3
@@ -42,7 +42,7 @@ def wait_for(job: Any) -> tuple[str, str] | None:
     """Wait until the job has a result (None) or SLURM says it ended without one: then its
     (state, reason). submitit alone cannot tell: without SLURM accounting (sacct) it never
     sees a cancelled or killed job end and waits forever, so squeue and scontrol are asked."""
-    from distbench.slurm_state import queued_state, slurm_job_state
+    from distbench.launch.slurm_state import queued_state, slurm_job_state
 
     job_id, last_queued, left_at = str(job.job_id), "", None
     while not job.done():
@@ -139,8 +139,8 @@ class DistbenchSlurmLauncher(SlurmLauncher):
     @staticmethod
     def _upload_spooled(job_dir: Path) -> None:
         """Log the job's spooled run unless the store has it (exactly once, as distbench sync)."""
-        from distbench.spool import PAYLOAD, sync_sweep
-        from distbench.tracking import TRACKING_URI_ENV
+        from distbench.tracking.spool import PAYLOAD, sync_sweep
+        from distbench.tracking.sweep import TRACKING_URI_ENV
 
         uri = os.environ.get(TRACKING_URI_ENV)
         if uri and (job_dir / PAYLOAD).exists():
@@ -154,8 +154,8 @@ class DistbenchSlurmLauncher(SlurmLauncher):
     ) -> JobReturn:
         """A job that ended without an outcome (cancelled, timed out, node lost): record it as
         a FAILED run unless the job recorded itself before it ended."""
+        from distbench.launch.slurm_state import scheduler_failure, slurm_job_state
         from distbench.orchestrator import record_failure
-        from distbench.slurm_state import scheduler_failure, slurm_job_state
 
         cfg, job_dir = self._job_config(overrides, job_num)
         done = job_dir / "outcome.json"

@@ -1,0 +1,321 @@
+"""Hardware detection and peak figures: which device a run uses and what its peak is.
+
+The GPU catalog lives in conf/hardware/*.yaml (datasheet figures, prices with their source).
+This module resolves `hardware=auto` and fills a CPU's peak from /proc/cpuinfo, or, with
+`hardware.peak_source=measured`, from a timed GEMM on this machine (distbench.compose.calibrate, run as a
+subprocess and cached). `detect_tags()` names the machine for MLflow (`hw.*` tags). It never
+imports torch: GPUs are found with pynvml when installed, else `nvidia-smi`.
+
+    python -m distbench.compose.hardware      # what `hardware=auto` resolves to here, and the hw.* tags
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+# FP32 FLOPs per cycle per core for the widest FMA the flags show: 2 FMA pipes x lanes x 2.
+FP32_FLOPS_PER_CYCLE = (("avx512f", 64), ("avx2", 32), ("avx", 16), ("sse2", 8))
+# What `hardware.peak_source=measured` calibrates when no dtype is named, per device.
+CALIBRATED_DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
+NVIDIA_SMI_QUERY = "name,memory.total,clocks.max.sm,compute_cap"
+# nvidia-smi device-name fragments -> conf/hardware option.
+GPU_CATALOG_NAMES = (("H200", "h200"), ("H100", "h100_sxm"), ("A100", "a100_80gb"), ("L4", "l4"))
+
+
+def cpu_peak_tflops_per_core(cpuinfo: str) -> dict[str, float]:
+    """Estimated peak TFLOP/s of one core: MHz × FLOPs per cycle (from the SIMD flags).
+
+    bf16 doubles fp32 where the core has AVX512-BF16 (VDPBF16PS does two products per lane);
+    otherwise bf16 runs at the fp32 rate. An estimate: turbo and AVX clocks differ from MHz."""
+    mhz, flags = 0.0, set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "cpu MHz" and not mhz:
+            mhz = float(value)
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    per_cycle = next((n for flag, n in FP32_FLOPS_PER_CYCLE if flag in flags), 2)
+    fp32 = mhz * 1e6 * per_cycle / 1e12
+    bf16 = fp32 * (2 if "avx512_bf16" in flags else 1)
+    return {"fp32": fp32, "bf16": bf16, "fp16": fp32}
+
+
+def nvidia_smi_query(fields: str) -> str:
+    """nvidia-smi's CSV answer for `fields` ("" without nvidia-smi or a driver)."""
+    if not shutil.which("nvidia-smi"):
+        return ""
+    try:
+        return subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return ""
+
+
+def gpu_names() -> list[str]:
+    """Names of the visible NVIDIA GPUs (empty without nvidia-smi or a driver)."""
+    out = nvidia_smi_query("name")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [n.strip() for n in out.splitlines() if n.strip()]
+    if visible is not None:
+        indices = [int(i) for i in visible.split(",") if i.strip().isdigit()]
+        names = [names[i] for i in indices if i < len(names)]
+    return names
+
+
+def catalog_option_for(gpu_name: str) -> str | None:
+    """The conf/hardware option for a device name from nvidia-smi, if the catalog has one."""
+    return next((opt for frag, opt in GPU_CATALOG_NAMES if frag in gpu_name), None)
+
+
+def resolve_hardware(hardware: dict, conf_dir: Path, dtypes: Iterable[str] | None = None) -> dict:
+    """Fill `hardware=auto` and CPU peaks. Returns a plain dict with every field set that can be.
+
+    auto → the catalog entry for the first GPU (or a bare `cuda` entry with no peak when the GPU
+    is not in the catalog: MFU is then not reported rather than made up), else `cpu`.
+    `peak_source=measured` then replaces the peaks of `dtypes` (default: every dtype the device
+    trains in, CALIBRATED_DTYPES) by this machine's calibrated ones (apply_measured_peaks)."""
+    from omegaconf import OmegaConf
+
+    hw = dict(hardware)
+    if hw["device"] == "auto":
+        names = gpu_names()
+        option = "cpu" if not names else catalog_option_for(names[0])
+        if option is None:
+            hw.update(name=names[0], device="cuda")
+        else:
+            loaded = OmegaConf.to_container(
+                OmegaConf.load(conf_dir / "hardware" / f"{option}.yaml")
+            )
+            loaded.pop("defaults", None)
+            hw.update(loaded)
+        hw["detected"] = names[0] if names else "cpu"
+    if hw["device"] == "cpu" and hw.get("peak_tflops_fp32") is None:
+        peaks = cpu_peak_tflops_per_core(Path("/proc/cpuinfo").read_text())
+        for dtype, value in peaks.items():
+            hw[f"peak_tflops_{dtype}"] = value
+    if hw.get("peak_source", "catalog") == "measured":
+        apply_measured_peaks(hw, dtypes)
+    return hw
+
+
+def apply_measured_peaks(hw: dict, dtypes: Iterable[str] | None = None) -> dict:
+    """Replace hw's `peak_tflops_<dtype>` by a timed GEMM on this device (cached per machine).
+
+    CPU: one thread, as one rank = one core. A failed calibration keeps the catalog figure,
+    sets `peak_source=catalog` and says why in `peak_calibration_error` (it reaches
+    resolved.yaml and the run's params): a job is never lost to its calibration."""
+    device = "cuda" if hw["device"] == "cuda" else "cpu"
+    threads = 1 if device == "cpu" else 0
+    device_name = _device_name(device)
+    try:
+        for dtype in dtypes or CALIBRATED_DTYPES[device]:
+            measured = measured_peak_tflops(device, dtype, threads, device_name)
+            hw[f"catalog_peak_tflops_{dtype}"] = hw.get(f"peak_tflops_{dtype}")  # to compare
+            hw[f"peak_tflops_{dtype}"] = measured
+        hw["peak_source"] = "measured"
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError) as exc:
+        hw["peak_source"] = "catalog"
+        hw["peak_calibration_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        print(f"distbench: peak calibration failed, using the catalog peak: {exc}", flush=True)
+    return hw
+
+
+def measured_peak_tflops(
+    device: str, dtype: str, threads: int, device_name: str, timeout_s: float = 600.0
+) -> float:
+    """This machine's peak TFLOP/s for dtype: the cache's, else a `python -m distbench.compose.calibrate`
+    subprocess (the caller never imports torch) whose last stdout line is one JSON document."""
+    from distbench.compose import calibrate
+
+    cached = calibrate.cached_peak(device_name, dtype, threads)
+    if cached is not None:
+        return cached
+    cmd = [
+        sys.executable,
+        "-m",
+        "distbench.compose.calibrate",
+        "--device",
+        device,
+        "--dtype",
+        dtype,
+    ]
+    cmd += ["--threads", str(threads), "--device-name", device_name]
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(threads, 1)))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise subprocess.SubprocessError(f"calibrate exited {proc.returncode}: {last}")
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["tflops"])
+
+
+def num_cpu_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+# --------------------------------------------------------------------------- hw.* tags
+
+
+def parse_nvidia_smi(csv_text: str) -> list[dict[str, str]]:
+    """`nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,compute_cap
+    --format=csv,noheader` lines → one dict per GPU (memory in GiB, clock in MHz)."""
+    gpus = []
+    for line in csv_text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if not fields[0]:
+            continue
+        fields += [""] * (4 - len(fields))
+        mem_mib = _number(fields[1])
+        gpus.append(
+            {
+                "name": fields[0],
+                "mem_gib": "" if mem_mib is None else f"{mem_mib / 1024:.1f}",
+                "sm_clock_mhz": "" if _number(fields[2]) is None else str(int(_number(fields[2]))),
+                "compute_capability": fields[3] if _number(fields[3]) is not None else "",
+            }
+        )
+    return gpus
+
+
+def _number(text: str) -> float | None:
+    """The leading number of '81559 MiB', '1980 MHz', '9.0'; None for '[N/A]' and the like."""
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def _visible(items: list) -> list:
+    """The items CUDA_VISIBLE_DEVICES keeps (numeric indices; nvidia-smi and NVML list all)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return items
+    indices = [int(i) for i in visible.split(",") if i.strip().isdigit()]
+    return [items[i] for i in indices if i < len(items)]
+
+
+def _gpus_pynvml() -> list[dict[str, str]] | None:
+    """The GPUs as NVML sees them; None when pynvml is not installed or NVML has no driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+            gpus.append(
+                {
+                    "name": name.decode() if isinstance(name, bytes) else str(name),
+                    "mem_gib": f"{pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30:.1f}",
+                    "sm_clock_mhz": str(clock),
+                    "compute_capability": f"{major}.{minor}",
+                }
+            )
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _gpus_nvidia_smi() -> list[dict[str, str]]:
+    out = nvidia_smi_query(NVIDIA_SMI_QUERY)
+    return parse_nvidia_smi(out)
+
+
+def detect_gpus() -> list[dict[str, str]]:
+    """The visible GPUs (name, mem_gib, sm_clock_mhz, compute_capability): pynvml when
+    importable, else nvidia-smi; empty on a machine without NVIDIA GPUs."""
+    gpus = _gpus_pynvml()
+    return _visible(gpus if gpus is not None else _gpus_nvidia_smi())
+
+
+def parse_cpu_model(cpuinfo: str) -> str:
+    """The first `model name` of /proc/cpuinfo (or an arm `Hardware`/`CPU part` line)."""
+    for key in ("model name", "Hardware", "CPU part"):
+        for line in cpuinfo.splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == key and value.strip():
+                return " ".join(value.split())
+    return "unknown"
+
+
+def parse_mem_total_gib(meminfo: str) -> float | None:
+    """MemTotal of /proc/meminfo in GiB."""
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            return float(line.split()[1]) / 2**20  # kB -> GiB
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def detect_tags() -> dict[str, str]:
+    """MLflow tags naming this machine: the GPU table (`hw.device_name`, `hw.device_count`,
+    `hw.mem_gib`, `hw.sm_clock_mhz`, `hw.compute_capability`) on a GPU machine, else the CPU as
+    the device (one rank = one core: the count is the cores this process may use); the host
+    CPU (`hw.cpu_model`, `hw.cpu_cores`) in both cases. Values are strings; nothing raises."""
+    cpu_model = parse_cpu_model(_read("/proc/cpuinfo"))
+    cores = num_cpu_cores()
+    tags = {"hw.cpu_model": cpu_model, "hw.cpu_cores": str(cores)}
+    gpus = detect_gpus()
+    if gpus:
+        first = gpus[0]
+        tags.update(
+            {
+                "hw.device": "cuda",
+                "hw.device_name": first["name"],
+                "hw.device_count": str(len(gpus)),
+                "hw.mem_gib": first["mem_gib"],
+                "hw.sm_clock_mhz": first["sm_clock_mhz"],
+                "hw.compute_capability": first["compute_capability"],
+            }
+        )
+        if len({g["name"] for g in gpus}) > 1:
+            tags["hw.device_names"] = ";".join(g["name"] for g in gpus)
+    else:
+        mem = parse_mem_total_gib(_read("/proc/meminfo"))
+        tags.update(
+            {
+                "hw.device": "cpu",
+                "hw.device_name": cpu_model,
+                "hw.device_count": str(cores),
+                "hw.mem_gib": "" if mem is None else f"{mem:.1f}",
+            }
+        )
+    return {k: v for k, v in tags.items() if v != ""}
+
+
+def _device_name(device: str) -> str:
+    """The name a calibration is cached under: the first visible GPU's, or the CPU model."""
+    if device == "cuda":
+        gpus = detect_gpus()
+        if gpus:
+            return gpus[0]["name"]
+    return parse_cpu_model(_read("/proc/cpuinfo"))
+
+
+if __name__ == "__main__":
+    print(resolve_hardware({"name": "auto", "device": "auto"}, Path("conf")))
+    print(json.dumps(detect_tags(), indent=1))

@@ -1,0 +1,110 @@
+"""The DeepSpeed engine for every deepspeed strategy: dp, ZeRO-1/2/3 (+ offload), AutoTP, pipeline.
+
+`ds_config()` is pure: resolved config + layout → DeepSpeed's config dict. `initialize()` wraps
+the model, in this order: pipeline split (pp > 1, strategies/pipeline.py) → DeepSpeed engine
+(AutoTP sharding when tp > 1, then ZeRO partitioning of what is left, offload last).
+The optimizer is torch's AdamW (foreach off) handed to DeepSpeed, so no DeepSpeed Adam kernel
+has to be compiled; offload then needs `zero_force_ds_cpu_optimizer: false`.
+
+    python -m torch.distributed.run --nproc_per_node=2 -m distbench.ranks.worker RUN_DIR
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distbench.compose.schema import Layout
+
+
+def ds_config(cfg: Any, layout: Layout) -> dict[str, Any]:
+    """DeepSpeed's config dict for a resolved distbench config."""
+    zero = dict(cfg.zero_optimization or {})
+    zero["stage"] = layout.zero_stage
+    if cfg.strategy.offload_optimizer != "none":
+        zero["offload_optimizer"] = {"device": cfg.strategy.offload_optimizer, "pin_memory": False}
+    if cfg.strategy.offload_param != "none":
+        zero["offload_param"] = {"device": cfg.strategy.offload_param, "pin_memory": False}
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": cfg.batch.micro_batch_size,
+        "gradient_accumulation_steps": cfg.batch.grad_accum_steps,
+        "zero_optimization": zero,
+        "zero_force_ds_cpu_optimizer": False,
+        "gradient_clipping": 0.0,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+        "bf16": {"enabled": cfg.workload.dtype == "bf16"},
+        "fp16": {"enabled": cfg.workload.dtype == "fp16"},
+    }
+    if layout.tp > 1:
+        config["tensor_parallel"] = {"autotp_size": layout.tp}
+    return config
+
+
+@dataclass
+class DeepSpeedEngine:
+    """A DeepSpeed engine behind the train loop's `Engine` interface (strategies/__init__.py).
+
+    Non-pipeline: forward, `engine.backward`, `engine.step` per micro-batch (DeepSpeed scales
+    the loss by 1/grad_accum_steps and steps the optimizer at the accumulation boundary).
+    Pipeline: `train_batch` over the micro-batches, whose loss every stage returns."""
+
+    engine: Any
+    dp_rank: int
+    coords: tuple[int, int, int]
+    is_pipeline: bool
+    device: str
+
+    def train_step(self, micro_batches: list[Any]) -> float:
+        engine = self.engine
+        batches = [mb.to(self.device) for mb in micro_batches]
+        if self.is_pipeline:
+            return float(engine.train_batch(data_iter=iter([(mb, mb) for mb in batches])))
+        losses = []
+        for mb in batches:
+            loss = engine(input_ids=mb, labels=mb).loss
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.detach())
+        return float(sum(losses) / len(losses))
+
+    def num_params_local(self) -> int:
+        return sum(p.numel() for p in self.engine.module.parameters())
+
+
+def _grid_coords(engine: Any, layout: Layout) -> tuple[int, int, int]:
+    """This rank's (dp, pp, tp) in DeepSpeed's own grid. AutoTP lays ranks out (dp, tp), tp
+    fastest; the PipelineEngine's topology is (pipe, data), data fastest, so under pp > 1 the
+    ranks of one stage are consecutive (unlike the torch engine's (dp, pp, tp) grid)."""
+    import torch.distributed as dist
+
+    if layout.pp > 1:
+        return (engine.grid.get_data_parallel_rank(), engine.grid.get_stage_id(), 0)
+    if layout.tp > 1:
+        from deepspeed.utils import groups
+
+        return (groups._get_data_parallel_rank(), 0, groups.get_tensor_model_parallel_rank())
+    return (dist.get_rank(), 0, 0)
+
+
+def initialize(model: Any, cfg: Any, layout: Layout) -> DeepSpeedEngine:
+    """Wrap `model` for the layout; returns the DeepSpeed engine and this rank's grid position."""
+    import deepspeed
+    import torch
+
+    if layout.pp > 1:
+        from distbench.engines.pipeline import to_pipeline_module
+
+        model = to_pipeline_module(model, num_stages=layout.pp)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.workload.lr, foreach=False)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=ds_config(cfg, layout)
+    )
+    coords = _grid_coords(engine, layout)
+    return DeepSpeedEngine(
+        engine=engine,
+        dp_rank=coords[0],
+        coords=coords,
+        is_pipeline=layout.pp > 1,
+        device=cfg.hardware.device,
+    )

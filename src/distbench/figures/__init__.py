@@ -1,0 +1,1 @@
+"""Figures: pure metric formulas, the analytic planner model and the equivalence check."""

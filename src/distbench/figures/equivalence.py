@@ -1,0 +1,117 @@
+"""Is a strategy computing the same model? Its first-step loss against the single-device
+reference on the same weights (seed), global batch and dtype.
+
+The reference is one forward pass of the unsplit model over step 0's whole global batch (every
+replica's rows, every micro-batch): the first step's loss is computed before any update, so
+no training is needed. It runs in a subprocess (the orchestrator does not import torch) and is
+cached per model, batch, dtype, seed and number of rows, so a sweep computes it once.
+
+    python -m distbench.figures.equivalence JOB_DIR      # prints {"loss_first_single": ...}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+CACHE = Path.home() / ".cache" / "distbench" / "reference_losses.json"
+# Relative tolerance on the first-step loss. fp32: sharded reductions add in another order;
+# seen here ≤ 1e-6, so 1e-4 leaves room and still catches a wrong split (≥ 1e-3). bf16 keeps
+# 8 mantissa bits (≈ 4e-3 per rounding) and rounds after every op: 2e-2.
+TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 1e-2}
+MAX_REFERENCE_PARAMS = 500_000_000  # above this a single-device reference is not computed
+
+
+def rel_err(value: float, reference: float) -> float:
+    """|value − reference| / |reference|."""
+    return abs(value - reference) / abs(reference)
+
+
+def reference_key(resolved: dict[str, Any]) -> str:
+    """What the reference depends on: model, batch, dtype, seed, and the global batch's rows."""
+    layout, batch = resolved["layout"], resolved["batch"]
+    parts = {
+        "model": resolved["model"],
+        "rows": layout["dp"] * batch["micro_batch_size"],
+        "grad_accum_steps": batch["grad_accum_steps"],
+        "seq_len": batch["seq_len"],
+        "dtype": resolved["workload"]["dtype"],
+        "seed": resolved["workload"]["seed"],
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def compute_reference(resolved: dict[str, Any]) -> float:
+    """The unsplit model's mean loss over step 0's micro-batches (runs torch: subprocess only)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from distbench.ranks.models import build_model
+    from distbench.workloads.train.workload import global_batch
+
+    cfg = OmegaConf.create(resolved)
+    torch.set_num_threads(1)
+    model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed)
+    tokens = global_batch(
+        cfg.workload.seed,
+        0,
+        cfg.batch.grad_accum_steps,
+        cfg.layout.dp * cfg.batch.micro_batch_size,
+        cfg.batch.seq_len,
+        cfg.model.vocab_size,
+    )
+    with torch.no_grad():
+        losses = [model(input_ids=mb, labels=mb).loss.float().item() for mb in tokens]
+    return sum(losses) / len(losses)
+
+
+def reference_loss(resolved: dict[str, Any], job_dir: Path, timeout_s: float = 600) -> float:
+    """The cached reference, or computed now in a subprocess and cached."""
+    key = reference_key(resolved)
+    cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
+    if key not in cache:
+        out = subprocess.run(
+            [sys.executable, "-m", "distbench.figures.equivalence", str(job_dir)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        ).stdout
+        cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
+        cache[key] = json.loads(out.strip().splitlines()[-1])["loss_first_single"]
+        CACHE.parent.mkdir(parents=True, exist_ok=True)
+        tmp = CACHE.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(CACHE)
+    return cache[key]
+
+
+def check(
+    resolved: dict[str, Any], loss_first: float, num_params: float, job_dir: Path
+) -> tuple[dict[str, float], dict[str, str]]:
+    """(metrics, tags) of the equivalence check: loss_first_single, loss_rel_err_vs_single;
+    tags equivalent=true|false|unchecked and equivalence_tolerance (or why unchecked)."""
+    dtype = resolved["workload"]["dtype"]
+    if num_params > MAX_REFERENCE_PARAMS:
+        return {}, {
+            "equivalent": "unchecked",
+            "equivalence_note": f"{num_params:.3g} params > {MAX_REFERENCE_PARAMS:.3g}: "
+            "no single-device reference",
+        }
+    reference = reference_loss(resolved, job_dir)
+    err = rel_err(loss_first, reference)
+    tolerance = TOLERANCE[dtype]
+    metrics = {"loss_first_single": reference, "loss_rel_err_vs_single": err}
+    tags = {"equivalent": str(err <= tolerance).lower(), "equivalence_tolerance": f"{tolerance:g}"}
+    return metrics, tags
+
+
+if __name__ == "__main__":
+    from omegaconf import OmegaConf
+
+    resolved_cfg = OmegaConf.to_container(OmegaConf.load(Path(sys.argv[1]) / "resolved.yaml"))
+    print(json.dumps({"loss_first_single": compute_reference(resolved_cfg)}))

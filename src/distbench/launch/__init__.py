@@ -1,0 +1,1 @@
+"""Launch and watch: the worker command line, the rank processes, their topology, the watchdog and the progress bar."""

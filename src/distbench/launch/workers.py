@@ -1,0 +1,328 @@
+"""Config → worker command line; run it under a wall-clock timeout; classify how it ended.
+
+The worker group runs in its own session (process group), so on timeout or after exit every
+rank is killed with one signal and none outlives its job. Failure kinds are public (users
+filter runs on them): invalid_config, oom, timeout, crash, collective_error, nccl_error.
+
+    python -c "from distbench.launch.workers import worker_command; print(worker_command('d', 2, 29500))"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+OOM_TYPES = ("OutOfMemoryError", "MemoryError")
+OOM_PATTERNS = ("CUDA out of memory", "out of memory", "std::bad_alloc", "can't allocate memory")
+# What a rank raises when a peer is gone or a collective broke (the peer is the root cause).
+COLLECTIVE_PATTERNS = (
+    "NCCL",
+    "gloo",
+    "Gloo",
+    "Connection closed by peer",
+    "Connection reset",
+    "DistBackendError",
+    "DistNetworkError",
+    "ProcessGroup",
+)
+STDERR_TAIL_LINES = 30
+POLL_S = 0.5
+
+
+@dataclass
+class LaunchOutcome:
+    """How a worker group ended: ok, or a failure kind with a one-line reason."""
+
+    ok: bool
+    returncode: int | None
+    wall_time_s: float  # from launch to the last rank's exit
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+    stderr_tail: str = ""
+
+
+def free_port() -> int:
+    """A TCP port free right now on 127.0.0.1 (one per job: fixed ports collide in sweeps)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+MASTER_ADDR = "127.0.0.1"
+SHM_DIR = Path("/dev/shm")
+
+
+def remove_shm_leftovers(master_port: int, shm_dir: Path = SHM_DIR) -> list[Path]:
+    """Delete the shared-memory files of a finished job's ranks.
+
+    DeepSpeed's CPU all-reduce maps /dev/shm/deepspeed_*_<addr>_<port>_<rank> (66 MB each) and
+    never unlinks them, not even on a clean exit; a killed rank cannot. /dev/shm is RAM: a sweep
+    would fill the machine's memory within a hundred jobs. The port is unique to the job."""
+    leftovers = list(shm_dir.glob(f"*_{MASTER_ADDR}_{master_port}_*"))
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
+
+
+def worker_command(run_dir: str | Path, nproc_per_node: int, master_port: int) -> list[str]:
+    """The torchrun command line for one single-node job."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc_per_node}",
+        "--nnodes=1",
+        f"--master_addr={MASTER_ADDR}",
+        f"--master_port={master_port}",
+        "-m",
+        "distbench.ranks.worker",
+        str(run_dir),
+    ]
+
+
+def node_agent_command(
+    run_dir: str | Path, num_nodes: int, nproc_per_node: int, rdzv_endpoint: str, rdzv_id: str
+) -> list[str]:
+    """The torchrun agent of one node of a multi-node job: the agents meet at a c10d rendezvous
+    on `rdzv_endpoint` (host:port of the first node), which assigns the global ranks."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={num_nodes}",
+        f"--nproc_per_node={nproc_per_node}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={rdzv_endpoint}",
+        f"--rdzv_id={rdzv_id}",
+        "--max_restarts=0",
+        "-m",
+        "distbench.ranks.worker",
+        str(run_dir),
+    ]
+
+
+def srun_command(agent_cmd: list[str], num_nodes: int) -> list[str]:
+    """One agent per node of the current SLURM allocation. `--overlap`: the orchestrator's own
+    step holds the allocation's CPUs and memory (`--mem=0`: the step may use the job's memory on
+    each node); `--kill-on-bad-exit`: one node failing stops the rest."""
+    return [
+        "srun",
+        "--overlap",
+        "--mem=0",
+        f"--nodes={num_nodes}",
+        f"--ntasks={num_nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        *agent_cmd,
+    ]
+
+
+def local_nodes_command(agent_cmd: list[str], num_nodes: int) -> list[str]:
+    """`num_nodes` agents on this machine (distbench.launch.node_agents): the cluster's path, locally."""
+    return [sys.executable, "-m", "distbench.launch.node_agents", str(num_nodes), "--", *agent_cmd]
+
+
+def first_node_of_allocation(nodelist: str) -> str:
+    """The first host of a SLURM hostlist: `gpu[07-08,11],cpu3` → gpu07, `n[1-2]-ib` → n1-ib
+    (SLURM lists an allocation's nodes in order; the first runs the batch script)."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)", nodelist.strip())
+    if not match:
+        raise ValueError(f"SLURM_JOB_NODELIST={nodelist!r} is not a hostlist")
+    prefix, ranges, suffix = match.groups()
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
+
+
+def worker_env(
+    device: str, nproc_per_node: int, num_cores: int, ranks_sharing_cores: int | None = None
+) -> dict[str, str]:
+    """Environment for the ranks.
+
+    OMP threads split the cores between the ranks that share them (`ranks_sharing_cores`, default
+    the node's ranks; oversubscription costs 3x on CPU). LOCAL_SIZE is what DeepSpeed's CPU
+    shared-memory all-reduce checks before using itself (only when it equals the world size;
+    torchrun does not set it). Compiled DeepSpeed ops are cached in TORCH_EXTENSIONS_DIR."""
+    env = dict(os.environ)
+    sharing = ranks_sharing_cores or nproc_per_node
+    env.setdefault("OMP_NUM_THREADS", str(max(1, num_cores // sharing)))
+    env["DS_ACCELERATOR"] = "cuda" if device == "cuda" else "cpu"
+    env["LOCAL_SIZE"] = str(nproc_per_node)
+    # One cache per Python environment: builds from two venvs would overwrite each other's.
+    venv = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
+    env.setdefault(
+        "TORCH_EXTENSIONS_DIR",
+        str(Path.home() / ".cache" / "distbench" / f"torch_extensions-{venv}"),
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def _tail(path: Path, num_lines: int = STDERR_TAIL_LINES) -> str:
+    if not path.exists():
+        return ""
+    with path.open("rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+        lines = f.read().decode(errors="replace").splitlines()
+    return "\n".join(lines[-num_lines:])
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM the worker group, then SIGKILL what is left after `grace_s`."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def oom_kill_count() -> int | None:
+    """The kernel's count of processes killed by the OOM killer (/proc/vmstat oom_kill, which
+    also counts cgroup OOM kills); None where it cannot be read."""
+    try:
+        match = re.search(r"^oom_kill (\d+)$", Path("/proc/vmstat").read_text(), re.M)
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def signalled_ranks(stderr_tail: str) -> list[tuple[int, int]]:
+    """(rank, signal number) of each rank torchrun's failure report says died by a signal,
+    the root cause first; ranks torchrun itself stopped with SIGTERM come last."""
+    report = stderr_tail[stderr_tail.rfind("Failures:") :] if "Failures:" in stderr_tail else ""
+    root = report.split("Root Cause", 1)[-1] if "Root Cause" in report else ""
+    found = []
+    for block in (root, report):
+        for rank, code in re.findall(r"\brank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", block, re.S):
+            if int(code) < 0 and (int(rank), -int(code)) not in found:
+                found.append((int(rank), -int(code)))
+    return sorted(found, key=lambda rs: rs[1] == signal.SIGTERM)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _is_collective(err: dict) -> bool:
+    return any(p in f"{err['type']} {err['message']}" for p in COLLECTIVE_PATTERNS)
+
+
+def classify_failure(
+    returncode: int | None,
+    errors: list[dict],
+    stderr_tail: str,
+    oom_killed: bool = False,
+) -> tuple[str, str]:
+    """(failure_kind, one-line reason) of a worker group that exited without a result.
+
+    Root cause first: an out-of-memory error on any rank; a rank killed by a signal (oom when
+    the kernel's OOM-kill counter moved during the job, else crash); a rank's own Python error;
+    and only then the collective errors its peers raised because it was gone."""
+    for err in sorted(errors, key=lambda e: e.get("rank", 0)):
+        if err["type"] in OOM_TYPES or any(p in err["message"] for p in OOM_PATTERNS):
+            return "oom", f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
+    signalled = signalled_ranks(stderr_tail)
+    if signalled and signalled[0][1] != signal.SIGTERM:
+        rank, signum = signalled[0]
+        if signum == signal.SIGKILL and oom_killed:
+            return "oom", f"rank {rank} killed by SIGKILL from the kernel's out-of-memory killer"
+        return "crash", f"rank {rank} killed by {_signal_name(signum)}"
+    own = [e for e in errors if not _is_collective(e)]
+    if own:
+        err = min(own, key=lambda e: e.get("rank", 0))
+        return "crash", f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
+    if errors:
+        err = min(errors, key=lambda e: e.get("rank", 0))
+        kind = "nccl_error" if "NCCL" in err["message"] + err["type"] else "collective_error"
+        return kind, f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
+    if signalled:
+        rank, signum = signalled[0]
+        return "crash", f"rank {rank} killed by {_signal_name(signum)}"
+    if any(p in stderr_tail for p in OOM_PATTERNS):
+        return "oom", "out of memory (from the workers' stderr)"
+    exited = re.search(r"\brank\s*:\s*(\d+).*?exitcode\s*:\s*(\d+)", stderr_tail, re.S)
+    if exited:
+        return "crash", (
+            f"rank {exited.group(1)} exited with code {exited.group(2)} "
+            "(no Python error recorded; see workers.stderr.log)"
+        )
+    meaningful = [ln.strip() for ln in stderr_tail.splitlines() if ln.strip().strip("=-*")]
+    last = meaningful[-1] if meaningful else ""
+    return "crash", f"worker group exited with code {returncode}: {last[:300]}"
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]
+
+
+def run_workers(
+    run_dir: Path,
+    cmd: list[str],
+    env: dict[str, str],
+    timeout_s: float,
+    on_poll: Callable[[], None] | None = None,
+    watchdog: Callable[[int], tuple[str, str] | None] | None = None,
+) -> LaunchOutcome:
+    """Run the worker group until it exits, times out, or `watchdog(pid)` reports a failure
+    (stall, memory cap); then kill whatever is left. stdout/stderr go to files in run_dir."""
+    start = time.monotonic()
+    oom_kills_before = oom_kill_count()
+    stopped: tuple[str, str] | None = None
+    with (
+        (run_dir / "workers.stdout.log").open("wb") as out,
+        (run_dir / "workers.stderr.log").open("wb") as err,
+    ):
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
+        try:
+            while proc.poll() is None:
+                if time.monotonic() - start > timeout_s:
+                    stopped = ("timeout", f"no result within limits.timeout_s={timeout_s:g}")
+                elif watchdog is not None:
+                    stopped = watchdog(proc.pid)
+                if stopped:
+                    break
+                if on_poll:
+                    on_poll()
+                time.sleep(POLL_S)
+        finally:
+            _kill_group(proc)  # also reaps ranks that outlived torchrun
+            proc.wait()
+    wall_time_s = time.monotonic() - start
+    stderr_tail = _tail(run_dir / "workers.stderr.log")
+    # result.json is written by rank 0 after gathering every rank's figures: a rank that aborts
+    # in teardown afterwards (gloo + DeepSpeed pipeline, SIGABRT) does not void the measurement.
+    if stopped is None and (run_dir / "result.json").exists():
+        return LaunchOutcome(True, proc.returncode, wall_time_s, stderr_tail=stderr_tail)
+    if stopped is not None:
+        kind, reason = stopped[0], f"{stopped[1]}; all ranks killed"
+    else:
+        errors = [json.loads(p.read_text()) for p in sorted(run_dir.glob("error.rank*.json"))]
+        oom_kills_after = oom_kill_count()
+        oom_killed = None not in (oom_kills_before, oom_kills_after) and (
+            oom_kills_after > oom_kills_before
+        )
+        kind, reason = classify_failure(proc.returncode, errors, stderr_tail, oom_killed)
+    return LaunchOutcome(False, proc.returncode, wall_time_s, kind, reason, stderr_tail)

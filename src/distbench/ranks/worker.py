@@ -1,0 +1,87 @@
+"""Rank entry point: join the process group, run the workload, and (rank 0) write result.json.
+
+Workers never use Hydra: they read RUN_DIR/resolved.yaml that the orchestrator wrote. A rank
+that raises writes RUN_DIR/error.rank<r>.json (type, message, traceback) for the orchestrator
+to classify, then exits non-zero.
+
+    python -m torch.distributed.run --nproc_per_node=2 -m distbench.ranks.worker RUN_DIR
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from distbench.compose.schema import RAW_WORKLOADS, Layout
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON so a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    run_dir = Path(argv[0])
+    cfg = OmegaConf.load(run_dir / "resolved.yaml")
+    device = cfg.hardware.device
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if device == "cuda" else "cpu")
+    rank = int(os.environ.get("RANK", "0"))
+    # On SIGUSR1 (sent by the orchestrator when a rank stalls) dump every thread's stack, so
+    # the stall report can tell the rank that hangs from the ranks waiting for it.
+    stacks = (run_dir / f"stack.rank{rank}.txt").open("w")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    try:
+        import torch.distributed as dist
+
+        from distbench.ranks import dist as dist_utils
+        from distbench.workloads import load
+
+        workload = load(cfg.workload.name)
+        raw = cfg.workload.name in RAW_WORKLOADS  # plain torch.distributed, no engine
+        dist_utils.init_process_group(device, "torch" if raw else cfg.strategy.engine)
+        dist_utils.heartbeat(run_dir, rank, -1)
+        layout = Layout(**cfg.layout)
+        figures = workload.run(cfg, layout, run_dir, device)
+        figures["hostname"] = socket.gethostname()
+        per_rank = dist_utils.gather_objects(figures)
+        if rank == 0:
+            result = {
+                "status": "ok",
+                "workload": cfg.workload.name,
+                "layout": layout.as_dict(),
+                "backend": dist.get_backend(),
+                "device": device,
+                "num_warmup_steps": cfg.workload.num_warmup_steps,
+                **workload.combine(per_rank),
+            }
+            write_json_atomic(run_dir / "result.json", result)
+        # Without this barrier a rank that tears down its gloo pairs while a peer still uses
+        # them aborts (seen with the pipeline engine: "terminate called without an active
+        # exception", SIGABRT).
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException as exc:
+        error = {
+            "rank": rank,
+            "type": type(exc).__name__,
+            "message": str(exc)[:2000],
+            "traceback": traceback.format_exc()[-8000:],
+        }
+        write_json_atomic(run_dir / f"error.rank{rank}.json", error)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Tracking: MLflow parent/child runs (the Hydra callback), the local spool, the run signature and secret masking."""

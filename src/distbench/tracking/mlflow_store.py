@@ -1,0 +1,203 @@
+"""Writing to an MLflow store safely: one lock around creating it, retries with backoff where
+sqlite is busy or a server blips, batched logging, and the child-run writer.
+
+Four processes creating a fresh sqlite store at once corrupt it (alembic migrations race), so
+creation is serialised with a file lock next to the database; afterwards concurrent writers are
+fine but may meet "database is locked", which is retried.
+
+The MLflow client brings ~2,200 modules (pandas, SQLAlchemy, alembic); the interpreter's final
+garbage collection over them took ~1.1 s of every `python run.py` on a 2-core CPU
+(benchmarks/harness_overhead.py). `client()` therefore freezes the collector at exit.
+
+    python -c "from distbench.tracking.mlflow_store import ensure_experiment as e; print(e('sqlite:///x.db','t'))"
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import functools
+import gc
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limits
+MAX_METRICS_PER_BATCH = 1000
+RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
+TRANSIENT = (
+    "database is locked",
+    "database is busy",
+    "temporarily unavailable",
+    "Max retries",
+    "Connection refused",
+    "Connection reset",
+    "timed out",
+    "503",
+    "502",
+)
+
+
+@functools.cache
+def skip_final_collection() -> None:
+    """At interpreter exit, freeze the garbage collector instead of letting it walk every object
+    once more (the OS frees the memory). Registered once, when MLflow is first loaded: atexit
+    handlers registered later (the sweep's parent-run close) still run before it, and the ones
+    registered earlier (logging's flush) after it; only cyclic garbage goes unfinalized."""
+    atexit.register(gc.freeze)
+
+
+def client(tracking_uri: str) -> Any:
+    """An MlflowClient that fails fast on an unreachable server (2 quick HTTP retries, 20 s
+    timeout) instead of MLflow's default of minutes, so a job is spooled, not stuck."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    skip_final_collection()
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri)
+
+
+def retry(call: Callable[[], T], delays_s: Iterable[float] = RETRY_DELAYS_S) -> T:
+    """`call()`, retried after each delay while it fails with a transient store error."""
+    for delay in (*delays_s, None):
+        try:
+            return call()
+        except Exception as exc:
+            if delay is None or not any(t in str(exc) for t in TRANSIENT):
+                raise
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    return (
+        Path(tracking_uri.removeprefix("sqlite:///"))
+        if tracking_uri.startswith("sqlite:///")
+        else None
+    )
+
+
+@contextlib.contextmanager
+def store_lock(tracking_uri: str) -> Iterator[None]:
+    """Hold an exclusive file lock next to a sqlite database (no-op for servers)."""
+    db = sqlite_path(tracking_uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _artifact_location(tracking_uri: str) -> str | None:
+    """Keep an embedded store's artifacts next to its database, whatever the cwd of later runs."""
+    db = sqlite_path(tracking_uri)
+    return (db.parent / "mlartifacts").as_uri() if db else None
+
+
+def ensure_experiment(tracking_uri: str, name: str) -> str:
+    """The experiment's id, creating the store and the experiment on first use (serialised)."""
+    with store_lock(tracking_uri):
+        mlflow = client(tracking_uri)
+        experiment = retry(lambda: mlflow.get_experiment_by_name(name))
+        if experiment is not None:
+            return experiment.experiment_id
+        return retry(
+            lambda: mlflow.create_experiment(
+                name, artifact_location=_artifact_location(tracking_uri)
+            )
+        )
+
+
+def ui_url(tracking_uri: str, experiment_id: str, ui_port: int) -> str:
+    """The MLflow UI page listing an experiment's runs (the bare experiment URL opens traces)."""
+    base = (
+        tracking_uri.rstrip("/")
+        if tracking_uri.startswith(("http://", "https://"))
+        else f"http://127.0.0.1:{ui_port}"
+    )
+    return f"{base}/#/experiments/{experiment_id}/runs"
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts → {"a.b.c": "value"}; lists and None as their string form."""
+    out: dict[str, str] = {}
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    out[prefix.rstrip(".")] = str(tree)
+    return out
+
+
+def _chunks(items: list, size: int) -> Iterable[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def find_runs(tracking_uri: str, experiment_id: str, tags: dict[str, str]) -> list[Any]:
+    """Runs of the experiment whose tags equal `tags`, newest first."""
+    condition = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    mlflow = client(tracking_uri)
+    return retry(
+        lambda: mlflow.search_runs(
+            [experiment_id], filter_string=condition, order_by=["attributes.start_time DESC"]
+        )
+    )
+
+
+def log_child_run(
+    tracking_uri: str,
+    experiment_id: str,
+    run_name: str,
+    params: dict[str, str],
+    metrics: dict[str, float],
+    tags: dict[str, str],
+    artifacts: list[Path],
+    failed: bool,
+    parent_run_id: str | None = None,
+    series: Iterable[tuple[str, float, int]] = (),
+) -> str:
+    """Create one finished (or FAILED) run with everything in it; returns its id.
+
+    `series` are stepped metrics (name, value, step), e.g. the time of each step. Each store
+    call is retried while the store is busy."""
+    from mlflow.entities import Metric, Param, RunStatus
+
+    mlflow = client(tracking_uri)
+    run_tags = dict(tags)
+    if parent_run_id:
+        run_tags["mlflow.parentRunId"] = parent_run_id
+    run_id = retry(
+        lambda: mlflow.create_run(experiment_id, run_name=run_name, tags=run_tags)
+    ).info.run_id
+    try:
+        now_ms = int(time.time() * 1000)
+        param_list = [Param(k, v[:6000]) for k, v in sorted(params.items())]
+        metric_list = [Metric(k, float(v), now_ms, 0) for k, v in sorted(metrics.items())]
+        metric_list += [Metric(k, float(v), now_ms, step) for k, v, step in series]
+        for chunk in _chunks(param_list, MAX_PARAMS_PER_BATCH):
+            retry(lambda chunk=chunk: mlflow.log_batch(run_id, params=chunk))
+        for chunk in _chunks(metric_list, MAX_METRICS_PER_BATCH):
+            retry(lambda chunk=chunk: mlflow.log_batch(run_id, metrics=chunk))
+        for path in artifacts:
+            if path.exists():
+                retry(lambda path=path: mlflow.log_artifact(run_id, str(path)))
+    except Exception:
+        with contextlib.suppress(Exception):
+            mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+            mlflow.set_tag(run_id, "tracking_error", "run incomplete: logging failed midway")
+        raise
+    status = RunStatus.FAILED if failed else RunStatus.FINISHED
+    retry(lambda: mlflow.set_terminated(run_id, RunStatus.to_string(status)))
+    return run_id

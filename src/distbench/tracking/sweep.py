@@ -1,0 +1,192 @@
+"""MLflow: one parent run per sweep (a Hydra callback), one child run per job.
+
+The orchestrator is MLflow's only writer. The store is created once, before any job starts
+(concurrent first use of a fresh sqlite store corrupts it). Params are the flattened resolved
+config; tags name the layout and the software versions; a failed job is a FAILED run with
+`failure_kind` and `failure_reason`.
+
+    python run.py -m strategy=dp,zero3     # parent + 2 children in ./mlflow.db
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from distbench.tracking.mlflow_store import client, ensure_experiment, retry, ui_url
+from distbench.tracking.spool import SWEEP_DIR_TAG
+
+PARENT_RUN_ENV = "DISTBENCH_PARENT_RUN_ID"
+TRACKING_URI_ENV = "DISTBENCH_TRACKING_URI"
+NUM_JOBS_ENV = "DISTBENCH_NUM_JOBS"
+VERSIONED_PACKAGES = ("torch", "deepspeed", "transformers", "mlflow", "hydra-core")
+
+
+def resolve_tracking_uri(tracking: Any, launch_dir: Path) -> str | None:
+    """Where runs go: None for tracking=none; the configured uri; else $MLFLOW_TRACKING_URI as
+    every MLflow tool honours it; else the embedded sqlite:///<launch dir>/mlflow.db."""
+    if tracking.backend == "none":
+        return None
+    if tracking.uri:
+        return str(tracking.uri)
+    from_env = os.environ.get(TRACKING_URI_ENV) or os.environ.get("MLFLOW_TRACKING_URI")
+    return from_env or f"sqlite:///{(launch_dir / 'mlflow.db').resolve()}"
+
+
+def software_tags(project_dir: Path) -> dict[str, str]:
+    """git_sha of the checkout (with -dirty when it has changes) and package versions."""
+    tags = {}
+    for package in VERSIONED_PACKAGES:
+        try:
+            tags[f"{package.replace('-', '_')}_version"] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            tags[f"{package.replace('-', '_')}_version"] = "absent"
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(project_dir), "describe", "--always", "--dirty", "--abbrev=12"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        sha = "unknown"
+    tags["git_sha"] = sha or "unknown"
+    return tags
+
+
+def count_sweep_jobs(task_overrides: list[str], sweeper_params: dict[str, Any]) -> int | None:
+    """How many jobs a basic sweep will run: the product of each swept key's choices."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    merged = {f"{k}={v}".split("=", 1)[0]: f"{k}={v}" for k, v in sweeper_params.items()}
+    for override in task_overrides:
+        merged[override.split("=", 1)[0]] = override
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(merged.values()))
+        num_jobs = 1
+        for override in parsed:
+            if override.is_sweep_override():
+                num_jobs *= len(list(override.sweep_string_iterator()))
+        return num_jobs
+    except Exception:  # a sweep kind we cannot expand (glob, ...): progress shows no total
+        return None
+
+
+def require_writable(output_dir: Path) -> None:
+    """Exit with one line (no traceback) when the output dir cannot be created or written."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".distbench_write_probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        print(
+            f"distbench: cannot write the output dir {output_dir}: {exc.strerror}; "
+            "set hydra.run.dir= / hydra.sweep.dir= to a writable path",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+
+
+class SweepCallback(Callback):
+    """Opens the sweep's parent run before any job and closes it after the last one (FINISHED,
+    tagged with how many jobs failed; KILLED if the sweep itself died), then prints the
+    comparison table with the URL of the sweep's runs in the MLflow UI."""
+
+    def __init__(self) -> None:
+        self.parent_run_id: str | None = None
+        self.tracking_uri: str | None = None
+        self.experiment_id: str | None = None
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        require_writable(Path(config.hydra.run.dir))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        require_writable(Path(config.hydra.sweep.dir))
+        hydra_cfg = config.hydra  # HydraConfig.get() is not set yet in the launching process
+        num_jobs = count_sweep_jobs(
+            list(hydra_cfg.overrides.task), dict(hydra_cfg.sweeper.get("params") or {})
+        )
+        if num_jobs:
+            os.environ[NUM_JOBS_ENV] = str(num_jobs)
+        uri = resolve_tracking_uri(config.tracking, Path.cwd())
+        if uri is None:
+            return
+        sweep_dir = str(Path(hydra_cfg.sweep.dir).resolve())
+        try:
+            experiment_id = ensure_experiment(uri, config.tracking.experiment_name)
+            tags = {
+                SWEEP_DIR_TAG: sweep_dir,
+                "num_jobs": str(num_jobs),
+                "overrides": " ".join(hydra_cfg.overrides.task),
+            }
+            tags.update(software_tags(Path.cwd()))
+            mlflow = client(uri)
+            run = retry(
+                lambda: mlflow.create_run(
+                    experiment_id, run_name=f"sweep-{Path(sweep_dir).name}", tags=tags
+                )
+            )
+        except Exception as exc:  # tracking must never take the sweep down
+            print(
+                f"distbench: MLflow unavailable at {uri}: {exc}; runs are spooled in the "
+                f"sweep dir (upload later with: distbench sync {sweep_dir})"
+            )
+            return
+        self.tracking_uri, self.parent_run_id = uri, run.info.run_id
+        self.experiment_id = experiment_id
+        os.environ[PARENT_RUN_ENV] = self.parent_run_id
+        os.environ[TRACKING_URI_ENV] = uri
+        atexit.register(self._close_parent_at_exit)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from distbench.tools.summary import load_outcomes, print_summary
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        outcomes = load_outcomes(sweep_dir)
+        counts = {
+            status: sum(o["status"] == status for o in outcomes)
+            for status in ("FINISHED", "FAILED", "SKIPPED")
+        }
+        spooled = sum("tracking_error" in o for o in outcomes)
+        url = None
+        if self.parent_run_id is not None:
+            with contextlib.suppress(Exception):  # the table below must print regardless
+                mlflow = client(self.tracking_uri)
+                for status, count in counts.items():
+                    retry(
+                        lambda s=status, c=count: mlflow.set_tag(
+                            self.parent_run_id, f"num_{s.lower()}", str(c)
+                        )
+                    )
+                url = ui_url(self.tracking_uri, self.experiment_id, config.tracking.ui_port)
+                self._close_parent("FINISHED")
+        print_summary(outcomes, title=f"distbench sweep {sweep_dir}", mlflow_url=url)
+        if spooled:
+            print(
+                f"distbench: {spooled} run(s) could not be logged to MLflow; they are spooled "
+                f"in their job dirs: distbench sync {sweep_dir.resolve()}"
+            )
+        os.environ.pop(PARENT_RUN_ENV, None)
+
+    def _close_parent_at_exit(self) -> None:
+        """The sweep died before on_multirun_end: mark its parent KILLED, quietly."""
+        with contextlib.suppress(Exception):
+            self._close_parent("KILLED")
+
+    def _close_parent(self, status: str) -> None:
+        if self.parent_run_id is None:
+            return
+        parent_run_id, self.parent_run_id = self.parent_run_id, None
+        mlflow = client(self.tracking_uri)
+        retry(lambda: mlflow.set_terminated(parent_run_id, status))

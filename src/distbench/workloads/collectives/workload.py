@@ -1,0 +1,180 @@
+"""The collectives workload: nccl-tests' sweep in torch.distributed, tracked in MLflow.
+
+For each collective in collectives.ops and each message size (collectives.min_bytes × factor^i
+up to max_bytes; max_bytes=null: 4 MiB on CPU, 256 MiB on GPU): one checked call (the result
+compared in place with its expected values; a wrong result fails the run), then
+workload.num_warmup_steps untimed and workload.num_steps timed calls, each bracketed by a
+barrier and a device sync; a call lasts as long as its slowest rank. A collective the backend
+lacks (or listed in collectives.emulate) runs as its standard equivalent, recorded in
+result.json's `emulated`, the CSV's `implementation` column and the `emulated.<op>` metric.
+
+    python run.py workload=collectives world_size=2
+    python run.py -m workload=collectives world_size=2,4 collectives.max_bytes=67108864
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from distbench.compose.schema import Layout
+from distbench.figures.metrics import percentile
+from distbench.workloads import Measured
+from distbench.workloads.collectives.report import plot_busbw, write_csv
+from distbench.workloads.collectives import metrics as cm
+from distbench.workloads.gemm.metrics import BYTES_PER_ELEMENT
+from distbench.workloads.timing import Progress, slowest_per_iteration, time_iterations, torch_dtype
+
+CSV_NAME = "collectives.csv"
+PNG_NAME = "collectives_busbw.png"
+
+
+def _ops_to_run(ops: list[str], n: int) -> tuple[list[str], dict[str, str]]:
+    """The collectives that can run on n ranks, and the skipped ones with why."""
+    skipped = {"send_recv": "a ring needs >= 2 ranks"} if n < 2 and "send_recv" in ops else {}
+    return [op for op in ops if op not in skipped], skipped
+
+
+def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
+    """Check and time every (collective, size); returns this rank's times in s."""
+    import torch.distributed as dist
+
+    from distbench.workloads.collectives import ops as co
+
+    c, w = cfg.collectives, cfg.workload
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dtype, element_bytes = torch_dtype(c.dtype), BYTES_PER_ELEMENT[c.dtype]
+    sizes = cm.message_sizes(c.min_bytes, c.max_bytes or cm.default_max_bytes(device), c.factor)
+    ops, skipped = _ops_to_run(list(c.ops), n)
+    emulated = {
+        op: co.EMULATIONS[op]
+        for op in ops
+        if op in co.EMULATIONS and (op in c.emulate or not co.native_supported(op, device))
+    }
+    if rank == 0 and emulated:
+        print(f"distbench collectives: emulated on {dist.get_backend()}: {emulated}", flush=True)
+    progress = Progress(run_dir, rank, len(ops) * len(sizes))
+    points = []
+    for op in ops:
+        for size in sizes:
+            count = cm.element_count(size, element_bytes, op, n)
+            bufs = co.make(op, count, dtype, device, rank, n)
+            emulate = op in emulated
+            co.fill(op, bufs, rank, n)
+            co.call(op, bufs, rank, n, emulate)
+            err = co.check_error(op, bufs, rank, n)
+            if err > co.CHECK_RTOL[c.dtype]:
+                raise RuntimeError(
+                    f"{op} on {n} ranks, {count * element_bytes} bytes: rank {rank}'s result "
+                    f"is off by {err:.3g} (relative; allowed {co.CHECK_RTOL[c.dtype]:g})"
+                )
+            for tensor in bufs.values():  # time on zeros: repeated in-place sums cannot overflow
+                tensor.zero_()
+            times = time_iterations(
+                lambda op=op, bufs=bufs, emulate=emulate: co.call(op, bufs, rank, n, emulate),
+                device,
+                w.num_warmup_steps,
+                w.num_steps,
+            )
+            points.append(
+                {"op": op, "size_bytes": count * element_bytes, "count": count, "times_s": times}
+            )
+            points[-1]["check_max_rel_err"] = err
+            progress.point(f"{op} {count * element_bytes} B", percentile(times, 50))
+            del bufs
+    progress.close()
+    return {
+        "rank": rank,
+        "points": points,
+        "emulated": emulated,
+        "skipped": skipped,
+        "dtype": c.dtype,
+        "run_dir": str(run_dir),
+    }
+
+
+def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (collective, size), the slowest rank's time of each timed call; the worst check."""
+    first = per_rank[0]
+    points = []
+    for i, point in enumerate(first["points"]):
+        mine = [r["points"][i] for r in per_rank]
+        points.append(
+            {
+                **{k: point[k] for k in ("op", "size_bytes", "count")},
+                "times_s": slowest_per_iteration([p["times_s"] for p in mine]),
+                "check_max_rel_err": max(p["check_max_rel_err"] for p in mine),
+            }
+        )
+    keep = ("emulated", "skipped", "dtype", "run_dir")
+    return {"points": points, **{k: first[k] for k in keep}}
+
+
+def table_rows(result: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
+    """One row per (collective, size): p50/p90 time, algbw and busbw (nccl-tests' definitions)."""
+    rows = []
+    for p in result["points"]:
+        t50 = percentile(p["times_s"], 50)
+        rows.append(
+            {
+                "collective": p["op"],
+                "world_size": world_size,
+                "dtype": result["dtype"],
+                "size_bytes": p["size_bytes"],
+                "count": p["count"],
+                "time_s_p50": t50,
+                "time_s_p90": percentile(p["times_s"], 90),
+                "algbw_gbps": cm.algbw_gbps(p["size_bytes"], t50),
+                "busbw_gbps": cm.busbw_gbps(p["size_bytes"], t50, p["op"], world_size),
+                "bus_factor": cm.bus_factor(p["op"], world_size),
+                "implementation": result["emulated"].get(p["op"], "native"),
+                "check_max_rel_err": p["check_max_rel_err"],
+            }
+        )
+    return rows
+
+
+def summary_metrics(rows: list[dict[str, Any]], emulated: dict[str, str]) -> dict[str, float]:
+    """Per collective: peak busbw/algbw, the smallest message's time, and the α-β fit."""
+    metrics: dict[str, float] = {}
+    for op in dict.fromkeys(r["collective"] for r in rows):
+        mine = sorted((r for r in rows if r["collective"] == op), key=lambda r: r["size_bytes"])
+        metrics[f"busbw_gbps_peak.{op}"] = max(r["busbw_gbps"] for r in mine)
+        metrics[f"algbw_gbps_peak.{op}"] = max(r["algbw_gbps"] for r in mine)
+        metrics[f"latency_s_min_bytes.{op}"] = mine[0]["time_s_p50"]
+        metrics[f"emulated.{op}"] = float(op in emulated)
+        if len(mine) >= 2:
+            alpha, beta = cm.fit_alpha_beta(
+                [r["size_bytes"] for r in mine], [r["time_s_p50"] for r in mine]
+            )
+            metrics[f"alpha_s.{op}"] = alpha
+            if beta is not None:
+                metrics[f"beta_algbw_gbps.{op}"] = beta / 1e9
+                metrics[f"beta_busbw_gbps.{op}"] = beta / 1e9 * mine[0]["bus_factor"]
+    return metrics
+
+
+def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> Measured:
+    """result.json → per-collective summary metrics, series stepped by message size in bytes,
+    and the CSV table and busbw plot in the job dir."""
+    rows = table_rows(result, layout.world_size)
+    metrics = summary_metrics(rows, result["emulated"])
+    metrics["num_sizes"] = float(len({r["size_bytes"] for r in rows}))
+    metrics["num_timed_steps"] = float(len(result["points"][0]["times_s"])) if rows else 0.0
+    series = []
+    for r in rows:
+        op, step = r["collective"], int(r["size_bytes"])
+        series += [
+            (f"busbw_gbps.{op}", r["busbw_gbps"], step),
+            (f"algbw_gbps.{op}", r["algbw_gbps"], step),
+            (f"time_s_p50.{op}", r["time_s_p50"], step),
+        ]
+    job_dir = Path(result["run_dir"])
+    artifacts = []
+    if rows and job_dir.is_dir():
+        title = f"busbw, {layout.world_size} ranks, {result['dtype']}"
+        artifacts = [
+            write_csv(rows, job_dir / CSV_NAME),
+            plot_busbw(rows, job_dir / PNG_NAME, title),
+        ]
+    return Measured(metrics=metrics, series=series, artifacts=artifacts)

@@ -1,0 +1,272 @@
+"""The inference workload: prefill + greedy decode of `inference.num_new_tokens` for a batch of
+prompts, under data-parallel replicas (strategy.tp = 1) or tensor parallelism (strategy.tp > 1).
+
+Every layout sees the same prompts: step s's global prompt batch [dp × batch_size, prompt_len]
+is drawn from (seed, s), as train.py draws its batches, and each data-parallel replica takes its
+rows; the ranks of one tensor-parallel group share their replica's rows. Tensor parallelism is
+DeepSpeed's AutoTP inference path, `deepspeed.init_inference(model, tensor_parallel=...)`: it
+splits every attention and MLP projection of a transformers model across the group and
+all-reduces their outputs (DeepSpeed's shared-memory kernel on CPU when the group is the whole
+node, else the process group's all_reduce).
+
+Decoding is a manual loop, not `model.generate()`: one prefill forward over the prompts (its
+last-position logits give the first new token; its time is the time to first token), then
+num_new_tokens − 1 single-token forwards on the KV cache (`past_key_values`), each taking the
+argmax (greedy). An explicit all-ones attention mask (prompts have equal length, no padding)
+grows by one column per token; no EOS stops a row, so every row yields exactly num_new_tokens.
+Each request batch is bracketed by a barrier and device syncs; its prefill and decode times are
+the slowest rank's (combine()).
+
+    python run.py workload=inference strategy=tp world_size=2 inference.num_new_tokens=32
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from distbench.compose.schema import Layout, inference_sizes
+from distbench.ranks.models import count_params
+from distbench.workloads import Measured
+from distbench.workloads.inference.metrics import inference_metrics
+
+TOP_K_LOGITS = 8  # first-step logits kept per row in result.json (for correctness checks)
+
+
+def prompt_batch(seed: int, step: int, num_rows: int, prompt_len: int, vocab_size: int):
+    """Token ids [num_rows, prompt_len] of one request batch, fixed by (seed, step)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return torch.randint(0, vocab_size, (num_rows, prompt_len), generator=generator)
+
+
+def replica_rows(prompts, dp_rank: int, batch_size: int):
+    """This replica's prompts: rows [dp_rank * batch_size, (dp_rank + 1) * batch_size)."""
+    return prompts[dp_rank * batch_size : (dp_rank + 1) * batch_size].contiguous()
+
+
+def greedy_decode(model: Any, prompts, num_new_tokens: int, device: str) -> dict[str, Any]:
+    """Prefill + num_new_tokens − 1 KV-cache decode steps, greedy. Returns the new tokens
+    [B, num_new_tokens], the prefill's last-position logits [B, vocab] and the seconds of the
+    prefill (through the first token) and of the decode steps, device-synced."""
+    import torch
+
+    from distbench.ranks.dist import synchronize
+
+    prompts = prompts.to(device)
+    mask = torch.ones_like(prompts)
+    with torch.inference_mode():
+        synchronize(device)
+        start = time.perf_counter()
+        out = model(input_ids=prompts, attention_mask=mask, use_cache=True, logits_to_keep=1)
+        first_logits = out.logits[:, -1, :].float()
+        token = first_logits.argmax(dim=-1)
+        synchronize(device)
+        prefill_done = time.perf_counter()
+        tokens, cache = [token], out.past_key_values
+        for _ in range(num_new_tokens - 1):
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            out = model(
+                input_ids=token[:, None], attention_mask=mask, past_key_values=cache, use_cache=True
+            )
+            cache = out.past_key_values
+            token = out.logits[:, -1, :].argmax(dim=-1)
+            tokens.append(token)
+        synchronize(device)
+        end = time.perf_counter()
+    return {
+        "tokens": torch.stack(tokens, dim=1).cpu(),
+        "first_logits": first_logits.cpu(),
+        "prefill_s": prefill_done - start,
+        "decode_s": end - prefill_done,
+    }
+
+
+class _TensorParallelGroups:
+    """DeepSpeed's `mpu` interface over consecutive-rank TP groups [r·tp, (r+1)·tp): the
+    inference engine otherwise makes one group of ranks 0..tp−1 whatever the world size."""
+
+    def __init__(self, tp: int) -> None:
+        import torch.distributed as dist
+
+        world, rank = dist.get_world_size(), dist.get_rank()
+        self.tp, self.rank = tp, rank
+        self.tp_group = self.dp_group = None
+        for first in range(0, world, tp):  # every rank must create every group
+            group = dist.new_group(list(range(first, first + tp)))
+            if first <= rank < first + tp:
+                self.tp_group = group
+        for offset in range(tp):
+            group = dist.new_group(list(range(offset, world, tp)))
+            if rank % tp == offset:
+                self.dp_group = group
+
+    def get_model_parallel_group(self):
+        return self.tp_group
+
+    def get_model_parallel_rank(self) -> int:
+        return self.rank % self.tp
+
+    def get_model_parallel_world_size(self) -> int:
+        return self.tp
+
+    def get_data_parallel_group(self):
+        return self.dp_group
+
+    def get_data_parallel_rank(self) -> int:
+        return self.rank // self.tp
+
+    def get_data_parallel_world_size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size() // self.tp
+
+
+def tensor_parallel(model: Any, layout: Layout, dtype: str) -> Any:
+    """The model split over its TP group by DeepSpeed AutoTP (init_inference); returns the
+    module whose Linear layers are now sharded (forwards go to it directly)."""
+    import deepspeed
+
+    from distbench.workloads.timing import torch_dtype
+
+    if layout.tp < layout.world_size:
+        # DeepSpeed's CPU shared-memory all-reduce sums over every rank of the node, ignoring
+        # the group it is given: with several TP groups on a node it would mix replicas. Level
+        # 0 makes inference_all_reduce fall back to the process group's all_reduce.
+        sys.modules["deepspeed.comm.comm"].cdb.shm_vector_kernel_level = 0
+    groups = _TensorParallelGroups(layout.tp)
+    # Both keys: `mpu` stops the engine from making its own group of ranks 0..tp-1, and AutoTP
+    # shards with `tp_group` (with mpu alone it gets no group, shards nothing and skips the
+    # all-reduces: every rank would silently run the whole model).
+    engine = deepspeed.init_inference(
+        model,
+        tensor_parallel={"tp_size": layout.tp, "tp_group": groups.tp_group, "mpu": groups},
+        dtype=torch_dtype(dtype),
+        replace_with_kernel_inject=False,
+    )
+    return engine.module
+
+
+def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
+    """Warm-up + timed request batches; returns this rank's figures (s, bytes, token ids)."""
+    import torch.distributed as dist
+
+    from distbench.ranks import dist as dist_utils
+    from distbench.ranks import faults
+    from distbench.ranks.models import build_model
+    from distbench.workloads.timing import Progress
+
+    rank = dist.get_rank()
+    dp_rank, tp_rank = rank // layout.tp, rank % layout.tp
+    prompt_len, batch_size = inference_sizes(cfg.inference, cfg.batch)
+    num_new = cfg.inference.num_new_tokens
+    model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed).eval()
+    if layout.tp > 1:
+        model = tensor_parallel(model, layout, cfg.workload.dtype)
+    model = model.to(device)
+    dist_utils.heartbeat(run_dir, rank, -1)  # model built (TP: split; may compile a DS op)
+    dist_utils.synchronize(device)
+    init_mem_bytes = dist_utils.current_memory_bytes(device)
+    dist_utils.reset_peak_memory(device)
+
+    num_warmup, num_timed = cfg.workload.num_warmup_steps, cfg.workload.num_steps
+    progress = Progress(run_dir, rank, num_warmup + num_timed)
+    prefill_s, decode_s, generated = [], [], 0
+    first: dict[str, Any] = {}
+    for step in range(num_warmup + num_timed):
+        prompts = prompt_batch(
+            cfg.workload.seed, step, layout.dp * batch_size, prompt_len, cfg.model.vocab_size
+        )
+        dist_utils.heartbeat(run_dir, rank, step)
+        faults.inject(cfg.fault, rank, step)
+        dist.barrier()
+        out = greedy_decode(model, replica_rows(prompts, dp_rank, batch_size), num_new, device)
+        prefill_s.append(out["prefill_s"])
+        decode_s.append(out["decode_s"])
+        if step >= num_warmup:
+            generated += out["tokens"].numel()
+        if step == 0:
+            top = out["first_logits"].topk(TOP_K_LOGITS, dim=-1)
+            first = {
+                "tokens": out["tokens"].tolist(),
+                "top_logits": top.values.tolist(),
+                "top_logit_ids": top.indices.tolist(),
+            }
+        progress.point("warmup" if step < num_warmup else "timed", prefill_s[-1] + decode_s[-1])
+    progress.close()
+    return {
+        "rank": rank,
+        "dp_rank": dp_rank,
+        "tp_rank": tp_rank,
+        "prefill_times_s": prefill_s,
+        "decode_times_s": decode_s,
+        "num_generated_tokens": generated,
+        "first_step": first,
+        "init_mem_bytes": init_mem_bytes,
+        "peak_mem_bytes": dist_utils.peak_memory_bytes(device),
+        "num_params_local": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per request batch, the slowest rank's prefill, decode and whole latency; tokens counted
+    once per replica (its TP rank 0); step 0's tokens and top logits per replica."""
+    steps = range(len(per_rank[0]["prefill_times_s"]))
+    leaders = [r for r in per_rank if r["tp_rank"] == 0]
+    return {
+        "prefill_times_s": [max(r["prefill_times_s"][i] for r in per_rank) for i in steps],
+        "decode_times_s": [max(r["decode_times_s"][i] for r in per_rank) for i in steps],
+        "latency_times_s": [
+            max(r["prefill_times_s"][i] + r["decode_times_s"][i] for r in per_rank) for i in steps
+        ],
+        "num_generated_tokens": sum(r["num_generated_tokens"] for r in leaders),
+        "first_step": {r["dp_rank"]: r["first_step"] for r in leaders},
+        "ranks": [
+            {k: v for k, v in r.items() if k not in ("first_step", "num_generated_tokens")}
+            for r in per_rank
+        ],
+    }
+
+
+def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> Measured:
+    """result.json → the inference metrics (distbench.workloads.inference.metrics; names carry units)."""
+    num_warmup = result["num_warmup_steps"]
+    model, hw, dtype = resolved["model"], resolved["hardware"], resolved["workload"]["dtype"]
+    prompt_len, batch_size = inference_sizes(resolved["inference"], resolved["batch"])
+    params = count_params(_Attrs(model))
+    ranks = result["ranks"]
+    metrics = inference_metrics(
+        prefill_times_s=result["prefill_times_s"][num_warmup:],
+        decode_times_s=result["decode_times_s"][num_warmup:],
+        latency_times_s=result["latency_times_s"][num_warmup:],
+        num_generated_tokens=result["num_generated_tokens"],
+        peak_mem_bytes_per_rank=[r["peak_mem_bytes"] for r in ranks],
+        num_matmul_params=params["matmul"],
+        lm_head_params=model["vocab_size"] * model["hidden_size"],
+        num_layers=model["num_layers"],
+        hidden=model["hidden_size"],
+        prompt_len=prompt_len,
+        num_new_tokens=resolved["inference"]["num_new_tokens"],
+        batch_size=batch_size,
+        dp=layout.dp,
+        world_size=layout.world_size,
+        dtype=dtype,
+        peak_tflops_per_device=hw.get(f"peak_tflops_{dtype}"),
+        price_usd_per_device_hour=hw["price_usd_per_hour"],
+    )
+    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in ranks) / 2**30
+    metrics["num_params"] = float(params["total"])
+    metrics["batch_size_per_replica"] = float(batch_size)
+    metrics["prompt_len"] = float(prompt_len)
+    series = [("latency_s", t, i) for i, t in enumerate(result["latency_times_s"])]
+    series += [("time_to_first_token_s", t, i) for i, t in enumerate(result["prefill_times_s"])]
+    return Measured(metrics=metrics, series=series)
+
+
+class _Attrs(dict):
+    """A dict read with attributes, as count_params reads a config."""
+
+    __getattr__ = dict.__getitem__

@@ -1,0 +1,165 @@
+"""The train workload: a model wrapped by its strategy's engine, warm-up steps, then timed steps.
+
+The engine (`strategy.engine`: deepspeed or torch, see strategies/__init__.py) is built by its
+module's `initialize(model, cfg, layout)`; the loop only calls `train_step(micro_batches)`.
+
+Every strategy sees the same data: step s's global batch is drawn from (seed, s) and each
+data-parallel replica takes its slice, so layouts differ only in how they compute. Each step is
+bracketed by a barrier and a device sync; its time is the slowest rank's. Rank 0 appends one
+line per step to progress.jsonl for the orchestrator's progress bar.
+
+    python -m torch.distributed.run --nproc_per_node=2 -m distbench.ranks.worker RUN_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from distbench.compose.schema import Layout
+from distbench.engines import GRID_DIMS
+from distbench.figures.analytic import pred_vs_measured
+from distbench.figures.metrics import tokens_per_step, train_flops_per_token, train_metrics
+from distbench.ranks.models import count_params
+from distbench.workloads import Measured
+
+
+def global_batch(
+    seed: int, step: int, grad_accum_steps: int, num_rows: int, seq_len: int, vocab_size: int
+):
+    """Token ids [grad_accum_steps, num_rows, seq_len] of one step, fixed by (seed, step)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return torch.randint(0, vocab_size, (grad_accum_steps, num_rows, seq_len), generator=generator)
+
+
+def rank_micro_batches(tokens, dp_rank: int, micro_batch_size: int) -> list:
+    """This replica's micro-batches of a global batch: rows [dp_rank*mbs, (dp_rank+1)*mbs)."""
+    rows = slice(dp_rank * micro_batch_size, (dp_rank + 1) * micro_batch_size)
+    return [tokens[g, rows].contiguous() for g in range(tokens.shape[0])]
+
+
+def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
+    """Warm-up + timed steps; returns this rank's figures (times in s, memory in bytes)."""
+    import torch.distributed as dist
+
+    from distbench.engines import load as load_engine
+    from distbench.ranks import dist as dist_utils
+    from distbench.ranks import faults
+    from distbench.ranks.models import build_model
+
+    rank = dist.get_rank()
+    model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed)
+    if device == "cuda":
+        model = model.cuda()
+    wrapped = load_engine(cfg.strategy.engine).initialize(model, cfg, layout)
+    dist_utils.heartbeat(run_dir, rank, -1)  # engine built (may take long: partitioning, ops)
+    dist_utils.synchronize(device)
+    init_mem_bytes = dist_utils.current_memory_bytes(device)
+    dist_utils.reset_peak_memory(device)
+
+    num_warmup, num_timed = cfg.workload.num_warmup_steps, cfg.workload.num_steps
+    progress = (run_dir / "progress.jsonl").open("a") if rank == 0 else None
+    step_times_s, losses = [], []
+    for step in range(num_warmup + num_timed):
+        tokens = global_batch(
+            cfg.workload.seed,
+            step,
+            cfg.batch.grad_accum_steps,
+            layout.dp * cfg.batch.micro_batch_size,
+            cfg.batch.seq_len,
+            cfg.model.vocab_size,
+        )
+        replica = faults.data_rank(cfg.fault, wrapped.dp_rank)
+        micro_batches = rank_micro_batches(tokens, replica, cfg.batch.micro_batch_size)
+        dist_utils.heartbeat(run_dir, rank, step)
+        faults.inject(cfg.fault, rank, step)
+        dist.barrier()
+        dist_utils.synchronize(device)
+        start = time.perf_counter()
+        loss = wrapped.train_step(micro_batches)
+        dist_utils.synchronize(device)
+        step_times_s.append(time.perf_counter() - start)
+        losses.append(loss)
+        if progress:
+            phase = "warmup" if step < num_warmup else "timed"
+            line = {
+                "phase": phase,
+                "step": step + 1,
+                "num_steps": num_warmup + num_timed,
+                "step_time_s": step_times_s[-1],
+                "loss": loss,
+            }
+            progress.write(json.dumps(line) + "\n")
+            progress.flush()
+    if progress:
+        progress.close()
+    return {
+        "rank": rank,
+        "dp_rank": wrapped.dp_rank,
+        "coords": dict(zip(GRID_DIMS, wrapped.coords, strict=True)),
+        "step_times_s": step_times_s,
+        "losses": losses,
+        "init_mem_bytes": init_mem_bytes,
+        "peak_mem_bytes": dist_utils.peak_memory_bytes(device),
+        "num_params_local": wrapped.num_params_local(),
+    }
+
+
+def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """One job's figures from every rank's: a step lasts as long as its slowest rank, and the
+    loss is the mean over ranks (data-parallel replicas see different rows of one batch)."""
+    num_steps = len(per_rank[0]["step_times_s"])
+    shape = [1 + max(r["coords"][d] for r in per_rank) for d in GRID_DIMS]
+    return {
+        # The rank grid: its shape (dp, pp, tp) and each rank's coordinates in it.
+        "grid": {
+            "dims": list(GRID_DIMS),
+            "shape": shape,
+            "coords": [[r["coords"][d] for d in GRID_DIMS] for r in per_rank],
+        },
+        "layout_tag": "-".join(f"{d}{n}" for d, n in zip(GRID_DIMS, shape, strict=True)),
+        "step_times_s": [max(r["step_times_s"][i] for r in per_rank) for i in range(num_steps)],
+        "losses": [sum(r["losses"][i] for r in per_rank) / len(per_rank) for i in range(num_steps)],
+        "ranks": [{k: v for k, v in r.items() if k != "losses"} for r in per_rank],
+    }
+
+
+def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> Measured:
+    """result.json (raw timings, losses, memory) → the logged metrics with their units."""
+    num_warmup = result["num_warmup_steps"]
+    model, batch, hw = resolved["model"], resolved["batch"], resolved["hardware"]
+    params = count_params(_Attrs(model))
+    flops = train_flops_per_token(
+        params["matmul"], model["num_layers"], model["hidden_size"], batch["seq_len"]
+    )
+    num_tokens = tokens_per_step(
+        batch["micro_batch_size"], batch["grad_accum_steps"], batch["seq_len"], layout.dp
+    )
+    metrics = train_metrics(
+        step_times_s=result["step_times_s"][num_warmup:],
+        losses=result["losses"],
+        peak_mem_bytes_per_rank=[r["peak_mem_bytes"] for r in result["ranks"]],
+        num_tokens_per_step=num_tokens,
+        flops_per_token=flops,
+        world_size=layout.world_size,
+        peak_tflops_per_device=hw.get(f"peak_tflops_{resolved['workload']['dtype']}"),
+        price_usd_per_device_hour=hw["price_usd_per_hour"],
+    )
+    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / 2**30
+    metrics["tokens_per_step"] = float(num_tokens)
+    metrics["model_flops_per_token"] = flops
+    metrics["num_params"] = float(params["total"])
+    metrics.update(pred_vs_measured(resolved, layout, metrics))
+    series = [("step_time_s", t, i) for i, t in enumerate(result["step_times_s"])]
+    series += [("loss", loss, i) for i, loss in enumerate(result["losses"])]
+    return Measured(metrics=metrics, series=series)
+
+
+class _Attrs(dict):
+    """A dict read with attributes, as count_params reads a config."""
+
+    __getattr__ = dict.__getitem__
