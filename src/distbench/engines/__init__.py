@@ -1,11 +1,12 @@
 """Strategy engines: each turns a model and a config into an `Engine` the train loop drives.
 
-An engine module exposes `initialize(model, cfg, layout) -> Engine`; `ENGINE_MODULES` maps
-`strategy.engine` to it (deepspeed.py: dp, ZeRO-1/2/3, offload, AutoTP, pipeline;
+An engine module exposes `resolve_zero_stage(strategy, chosen)` (the one place its stage is
+worked out), `check(job)` (what it cannot run, one line) and `initialize(model, job) -> Engine`;
+`ENGINE_MODULES` maps `strategy.engine` to it (deepspeed.py: dp, ZeRO-1/2/3, offload, AutoTP, pipeline;
 torch_native.py: single, ddp, fsdp, torch_tp, torch_pp and their 2D/3D combinations).
 Importing this package does not import torch (config.py reads the registry).
 
-    python -c "from distbench.engines import load; print(load('torch'))"
+    python -c "from distbench.engines import get; print(get('torch'))"
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class Engine(Protocol):
     def num_params_local(self) -> int: ...
 
 
-def load(engine: str) -> ModuleType:
-    """The module of an engine name (validate() has checked the name)."""
+def get(engine: str) -> ModuleType:
+    """The module of an engine name: `check(job)`, `resolve_zero_stage(strategy, chosen)` and
+    `initialize(model, job)` (importing it does not import torch)."""
+    from distbench.compose.checks import one_of
+
+    one_of("strategy.engine", engine, tuple(ENGINE_MODULES))
     return importlib.import_module(ENGINE_MODULES[engine])

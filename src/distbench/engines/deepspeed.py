@@ -14,7 +14,55 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from distbench.compose.schema import Layout
+from distbench.compose.checks import one_of
+from distbench.compose.schema import OFFLOAD_DEVICES, ZERO_STAGES, ConfigError
+from distbench.job import Layout
+
+# DeepSpeed's PipelineEngine refuses ZeRO-2/3: gradients must stay whole per stage.
+MAX_ZERO_STAGE_WITH_PIPELINE = 1
+
+
+def resolve_zero_stage(strategy: Any, chosen: int | None) -> int:
+    """The stage that runs: pinned by the strategy, chosen by zero_stage=, or the default."""
+    pinned = strategy.zero_stage
+    if pinned is not None and chosen is not None and int(chosen) != int(pinned):
+        raise ConfigError(
+            f"strategy={strategy.name} pins zero_stage={pinned} but zero_stage={chosen} was given; "
+            f"drop zero_stage= or use strategy=dp zero_stage={chosen}"
+        )
+    stage = int(next(s for s in (pinned, chosen, strategy.default_zero_stage) if s is not None))
+    one_of("zero_stage", stage, ZERO_STAGES)
+    return stage
+
+
+def check(job: Any) -> None:
+    """What DeepSpeed runs: ZeRO-0/1 under a pipeline, tp or pp (not both), offload with the
+    stage that shards what it offloads; the torch engine's fields are refused."""
+    strategy, layout, name = job.strategy, job.layout, job.strategy.name
+    stage, tp, pp = layout.zero_stage, layout.tp, layout.pp
+    for what in ("data_parallel", "pp_schedule"):
+        if getattr(strategy, what) is not None:
+            raise ConfigError(
+                f"strategy.{what}={getattr(strategy, what)!r} is the torch engine's; "
+                f"strategy={name} runs on deepspeed (ZeRO stages shard, its PipelineEngine runs "
+                "1F1B)"
+            )
+    one_of("strategy.offload_optimizer", strategy.offload_optimizer, OFFLOAD_DEVICES)
+    one_of("strategy.offload_param", strategy.offload_param, OFFLOAD_DEVICES)
+    if pp > 1 and stage > MAX_ZERO_STAGE_WITH_PIPELINE:
+        raise ConfigError(
+            f"pipeline parallelism (pp={pp}) runs with zero_stage 0 or 1 only, "
+            f"got zero_stage={stage} (DeepSpeed's PipelineEngine does not shard gradients)"
+        )
+    if pp > 1 and tp > 1:
+        raise ConfigError(
+            f"tp({tp}) with pp({pp}) is not supported by the deepspeed engine here; "
+            "use tp or pp alone with dp"
+        )
+    if strategy.offload_optimizer != "none" and stage == 0:
+        raise ConfigError("strategy.offload_optimizer needs zero_stage >= 1, got zero_stage=0")
+    if strategy.offload_param != "none" and stage != 3:
+        raise ConfigError(f"strategy.offload_param needs zero_stage=3, got zero_stage={stage}")
 
 
 def ds_config(cfg: Any, layout: Layout) -> dict[str, Any]:

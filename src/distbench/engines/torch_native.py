@@ -30,7 +30,61 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from distbench.compose.schema import Layout
+from distbench.compose.checks import one_of
+from distbench.compose.schema import PP_SCHEDULES, TORCH_DATA_PARALLEL, ConfigError
+from distbench.job import Layout
+
+
+def resolve_zero_stage(strategy: Any, chosen: int | None) -> None:
+    """None: ZeRO is DeepSpeed's; a stage given to a torch strategy is refused."""
+    stage = next(
+        (s for s in (chosen, strategy.zero_stage) if s is not None),
+        strategy.default_zero_stage or None,
+    )
+    if stage is not None:
+        raise ConfigError(
+            f"strategy={strategy.name} has no ZeRO stage (zero_stage={stage} given); ZeRO is the "
+            "deepspeed engine's (fsdp shards like ZeRO-3)"
+        )
+    return None
+
+
+def check(job: Any) -> None:
+    """What the torch engine runs: no offload, TP of Llama only (whole MLP splits), untied
+    embeddings under pp, and 1F1B with at least pp micro-batches."""
+    strategy, model, name = job.strategy, job.model, job.strategy.name
+    tp, pp = job.layout.tp, job.layout.pp
+    for what in ("offload_optimizer", "offload_param"):
+        if getattr(strategy, what) != "none":
+            raise ConfigError(
+                f"strategy={name} has no offload (strategy.{what}={getattr(strategy, what)!r}); "
+                "offload is the deepspeed engine's (strategy=zero2_offload, zero3_offload)"
+            )
+    if strategy.data_parallel is not None:
+        one_of("strategy.data_parallel", strategy.data_parallel, TORCH_DATA_PARALLEL)
+    if strategy.pp_schedule is not None:
+        one_of("strategy.pp_schedule", strategy.pp_schedule, PP_SCHEDULES)
+    if tp > 1 and model.family != "llama":
+        raise ConfigError(
+            f"strategy={name} with tp({tp}) shards Llama's q/k/v/o and gate/up/down projections; "
+            f"model.family={model.family} is not llama (use the deepspeed engine: strategy=tp)"
+        )
+    if tp > 1 and model.intermediate_size % tp:
+        raise ConfigError(
+            f"model.intermediate_size({model.intermediate_size}) is not divisible by tp({tp}); "
+            "the MLP's gate/up/down are split evenly"
+        )
+    if pp > 1 and model.tie_word_embeddings:
+        raise ConfigError(
+            f"model.tie_word_embeddings=true cannot be split over pp({pp}) stages by the torch "
+            "engine (embedding and LM head sit on different stages); use strategy=pp"
+        )
+    micro_batches = job.batch.grad_accum_steps
+    if pp > 1 and strategy.pp_schedule == "1f1b" and micro_batches < pp:
+        raise ConfigError(
+            f"strategy.pp_schedule=1f1b needs batch.grad_accum_steps({micro_batches}) >= pp({pp}) "
+            "micro-batches; raise grad_accum_steps or use pp_schedule=gpipe"
+        )
 from distbench.engines import GRID_DIMS
 
 TP_PLAN_COLWISE = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")

@@ -1,27 +1,49 @@
-"""Workloads a worker rank runs, by name. Each is a module with three functions:
+"""Workloads as plug-ins: each is one folder (one package) that registers a `WorkloadSpec`.
 
-    run(cfg, layout, run_dir, device) -> dict        # on every rank: this rank's raw figures
-    combine(per_rank: list[dict]) -> dict             # on rank 0: the body of result.json
-    measure(resolved: dict, layout, result) -> Measured   # in the orchestrator: the metrics
+A workload package `distbench.workloads.<name>` (or any importable package named in
+$DISTBENCH_PLUGINS, comma-separated) holds, without importing torch at import time:
 
-`run` may import torch; `combine` and `measure` must not (the orchestrator stays light).
+    __init__.py   SPEC = register(WorkloadSpec(name, module=__name__, schema, check, ...))
+    workload.py   run(job, run_dir) -> dict         # on every rank: this rank's raw figures
+                  combine(per_rank: list[dict]) -> dict   # on rank 0: the body of result.json
+                  measure(job, result) -> Measured  # in the orchestrator: the logged metrics
 
-    python -c "from distbench.workloads import load; print(load('train'))"
+`register` also stores the Hydra option `workload=<name>` (package _global_), whose `workload`
+node is the spec's schema (a WorkloadConfig subclass with its defaults) and, for the three
+built-in workloads that have one, its own root node (gemm.*, collectives.*, inference.*: public
+keys). A new workload keeps its options in its `workload` node. Nothing outside the folder
+changes when a workload is added (tests/e2e/test_plugin_workload.py adds one).
+
+    python -c "from distbench import workloads; print(sorted(workloads.registry()))"
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-WORKLOAD_MODULES = {
-    "train": "distbench.workloads.train.workload",
-    "gemm": "distbench.workloads.gemm.workload",
-    "collectives": "distbench.workloads.collectives.workload",
-    "inference": "distbench.workloads.inference.workload",
-}
+if TYPE_CHECKING:
+    from distbench.job import Job
+
+PLUGINS_ENV = "DISTBENCH_PLUGINS"
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What the rest of distbench knows of a workload."""
+
+    name: str
+    module: str  # its package; run / combine / measure live in <module>.workload
+    schema: type  # its `workload` node: a WorkloadConfig subclass with its defaults
+    check: Callable[[Job], None]  # raises ConfigError (one line) for what it cannot run
+    builds_model: bool = True  # False: plain torch.distributed, no model / strategy / batch
+    options_key: str | None = None  # its own root node (gemm, collectives, inference)
+    options_schema: type | None = None
 
 
 @dataclass
@@ -33,6 +55,49 @@ class Measured:
     artifacts: list[Path] = field(default_factory=list)
 
 
-def load(name: str) -> ModuleType:
-    """The module of a workload name (validate() has checked the name)."""
-    return importlib.import_module(WORKLOAD_MODULES[name])
+_REGISTRY: dict[str, WorkloadSpec] = {}
+
+
+def register(spec: WorkloadSpec) -> WorkloadSpec:
+    """Add a workload and its Hydra option `workload=<name>`; returns the spec."""
+    from hydra.core.config_store import ConfigStore
+
+    _REGISTRY[spec.name] = spec
+    node: dict[str, Any] = {"workload": spec.schema}
+    if spec.options_key:
+        node[spec.options_key] = spec.options_schema
+    ConfigStore.instance().store(group="workload", name=spec.name, node=node, package="_global_")
+    return spec
+
+
+def discover() -> None:
+    """Import every workload package here and every plug-in named in $DISTBENCH_PLUGINS."""
+    names = [f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if m.ispkg]
+    names += [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
+    for name in names:
+        importlib.import_module(name)
+
+
+def registry() -> dict[str, WorkloadSpec]:
+    discover()
+    return dict(_REGISTRY)
+
+
+def register_options(_config_store: Any = None) -> None:
+    """Store every workload's Hydra option (register() does it on import)."""
+    discover()
+
+
+def get(name: str) -> WorkloadSpec:
+    """The spec of a workload name, or ConfigError naming the ones there are."""
+    from distbench.compose.schema import ConfigError
+
+    specs = registry()
+    if name not in specs:
+        raise ConfigError(f"workload={name!r} is not allowed; choose one of {sorted(specs)}")
+    return specs[name]
+
+
+def spec_of_module(module: str) -> WorkloadSpec:
+    """The spec a workload package registers (the ranks find theirs by resolved.yaml's path)."""
+    return importlib.import_module(module).SPEC

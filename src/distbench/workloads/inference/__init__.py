@@ -1,0 +1,108 @@
+"""workload=inference: per request batch (a step), every data-parallel replica prefills
+batch_size prompts of prompt_len tokens and decodes num_new_tokens greedily (KV cache). Its
+schema, checks and option; the rank code is workload.py, the formulas metrics.py.
+
+strategy=dp (or ddp, zero1, zero2): whole-model replicas, each its own prompts; strategy=tp:
+DeepSpeed AutoTP (init_inference) over strategy.tp ranks.
+
+    python run.py -m workload=inference strategy=dp,tp world_size=2 inference.num_new_tokens=32
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distbench.compose import checks
+from distbench.compose.checks import one_of, positive
+from distbench.compose.schema import ConfigError, WorkloadConfig
+from distbench.workloads import WorkloadSpec, register
+
+DECODINGS = ("greedy",)
+
+
+@dataclass
+class InferenceWorkload(WorkloadConfig):
+    """Request batches: warm-up batches (not timed), then timed ones."""
+
+    name: str = "inference"
+    num_warmup_steps: int = 1
+    num_steps: int = 5
+    dtype: str = "fp32"
+
+
+@dataclass
+class InferenceConfig:
+    """The `inference` node."""
+
+    num_new_tokens: int = 16  # >= 2: the first comes from prefill, the rest are decode steps
+    prompt_len: int | None = None  # None: batch.seq_len
+    batch_size: int | None = None  # prompts per replica; None: batch.micro_batch_size
+    decoding: str = "greedy"  # argmax, no sampling (deterministic across layouts)
+
+
+def inference_sizes(inference: Any, batch: Any) -> tuple[int, int]:
+    """(prompt_len, batch_size per replica): inference.prompt_len and inference.batch_size, or
+    batch.seq_len and batch.micro_batch_size where those are null."""
+    prompt_len, batch_size = inference.prompt_len, inference.batch_size
+    return (
+        int(batch.seq_len if prompt_len is None else prompt_len),
+        int(batch.micro_batch_size if batch_size is None else batch_size),
+    )
+
+
+def check(job) -> None:
+    """Whole-weight data-parallel replicas (dp, ddp, zero1/2: their training state does not
+    exist at inference) or DeepSpeed AutoTP (strategy.tp > 1); no pipeline, nothing that shards
+    or moves the weights across replicas."""
+    model, strategy, inf, layout = job.model, job.strategy, job.options, job.layout
+    one_of("inference.decoding", inf.decoding, DECODINGS)
+    name, tp = strategy.name, layout.tp
+    if layout.pp > 1:
+        raise ConfigError(
+            f"workload=inference runs data-parallel replicas or tensor parallelism, not "
+            f"pp({layout.pp}); use strategy=dp or strategy=tp"
+        )
+    if tp > 1 and strategy.engine != "deepspeed":
+        raise ConfigError(
+            f"workload=inference splits tp({tp}) with DeepSpeed AutoTP (init_inference), "
+            f"strategy={name} is engine={strategy.engine}; use strategy=tp"
+        )
+    sharded = layout.zero_stage == 3 or strategy.offload_param != "none"
+    if sharded or strategy.data_parallel == "fsdp":
+        how = (
+            f"zero_stage={layout.zero_stage}, offload_param={strategy.offload_param}"
+            if sharded
+            else "data_parallel=fsdp"
+        )
+        raise ConfigError(
+            f"workload=inference keeps whole weights on every replica; strategy={name} "
+            f"({how}) shards or offloads them; use strategy=dp or strategy=tp"
+        )
+    checks.model_shape(model, tp)
+    prompt_len, batch_size = inference_sizes(inf, job.batch)
+    positive("inference.prompt_len (or batch.seq_len)", prompt_len)
+    positive("inference.batch_size (or batch.micro_batch_size)", batch_size)
+    if inf.num_new_tokens < 2:
+        raise ConfigError(
+            f"inference.num_new_tokens={inf.num_new_tokens} must be >= 2: the first token "
+            "comes from prefill, decode needs at least one more"
+        )
+    if prompt_len + inf.num_new_tokens > model.max_position_embeddings:
+        raise ConfigError(
+            f"prompt_len({prompt_len}) + inference.num_new_tokens({inf.num_new_tokens}) > "
+            f"model.max_position_embeddings({model.max_position_embeddings})"
+        )
+    checks.no_fp16_on_cpu(job.device, job.dtype)
+
+
+SPEC = register(
+    WorkloadSpec(
+        name="inference",
+        module=__name__,
+        schema=InferenceWorkload,
+        check=check,
+        options_key="inference",
+        options_schema=InferenceConfig,
+    )
+)
