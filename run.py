@@ -1,4 +1,4 @@
-"""distbench's entry point: compose the config (Hydra) → validate → launch the ranks → track.
+"""distbench's entry point: compose the config (Hydra) → resolve the Job → launch the ranks → track.
 
 python run.py                                        # tiny model, dp, 2 ranks (CPU: ~20 s)
 python run.py -m strategy=dp,tp,zero3 world_size=2,4 # a sweep: one MLflow child run per job
@@ -26,14 +26,15 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from distbench.compose.schema import ConfigError, baseline_on_one_device, validate
+    from distbench.compose.schema import ConfigError
+    from distbench.job import resolve_job
     from distbench.orchestrator import run_job
     from distbench.tools.summary import print_summary
 
     single_run = HydraConfig.get().mode == RunMode.RUN
     if single_run:
         try:
-            validate(baseline_on_one_device(cfg)[0])
+            resolve_job(cfg, PROJECT_DIR / "conf")
         except ConfigError as exc:  # refuse before anything starts: one line, no traceback
             print(f"distbench: invalid config: {exc}", file=sys.stderr)
             sys.exit(2)

@@ -118,6 +118,13 @@ class Job:
     def builds_model(self) -> bool:
         return self.model is not None
 
+    @property
+    def spec(self) -> Any:
+        """The workload's WorkloadSpec."""
+        from distbench.workloads import spec_of_module
+
+        return spec_of_module(self.workload_module)
+
     def tree(self) -> dict[str, Any]:
         """The job as a plain tree: resolved.yaml, the run's params and its signature. Only the
         active workload's node appears (a training run carries no gemm.* keys)."""

@@ -1,4 +1,13 @@
-"""One Hydra job: validate → resolve → launch the worker group → derive metrics → record.
+"""One Hydra job, step by step (the README's "What one run does"):
+
+1. resolve the composed config into a typed Job (distbench.job; a refusal is recorded as a
+   FAILED run with failure_kind=invalid_config, never raised);
+2. skip it under resume=true when its signature already has a run;
+3. write resolved.yaml (the Job's tree) and plan the launch (topology, free port);
+4. start the ranks (torchrun / srun / node agents) under the watchdog, with the progress bar;
+5. read result.json and let the workload turn it into metrics (and its checks into tags), or
+   classify the failure;
+6. record: outcome.json, the spooled MLflow run, then MLflow.
 
 The orchestrator never joins a process group and never raises for a failed workload: every
 job ends with an outcome (outcome.json in its dir, and an MLflow run when tracking is on).
@@ -16,28 +25,33 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from distbench.compose.hardware import gpu_names, num_cpu_cores, resolve_hardware
-from distbench.compose.schema import (
-    RAW_WORKLOADS,
-    ConfigError,
-    baseline_on_one_device,
-    ranks_per_node,
-    resolve_num_nodes,
-    resolve_zero_stage,
-    tp_spans_nodes,
-    validate,
-)
-from distbench.figures import equivalence
+from distbench.compose.checks import tp_spans_nodes
+from distbench.compose.hardware import gpu_names, num_cpu_cores
+from distbench.compose.schema import ConfigError
 from distbench.figures.metrics import check_mfu
+from distbench.job import RAW_ENGINE, Job, baseline_on_one_device, rank_module, resolve_job
 from distbench.launch.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
 from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
 from distbench.ranks.worker import write_json_atomic
-from distbench.tracking.signature import run_signature
-from distbench.workloads import Measured, load
+from distbench.tracking.signature import SIGNATURE_TAG, run_signature
+from distbench.workloads import Measured, registry
 
-SIGNATURE_TAG = "distbench.signature"
 SCHEDULER_STATE_WAIT_S = 5.0
+# The tags that name every run (describe / describe_refused), public: users group runs by them.
+NAME_TAGS = (
+    "strategy",
+    "engine",
+    "world_size",
+    "zero_stage",
+    "model",
+    "batch",
+    "workload",
+    "dtype",
+    "hardware",
+    "num_nodes",
+    "ranks_per_node",
+)
 # Outcome entries that become run tags when present (public: users filter on them).
 TAGGED_OUTCOME_KEYS = (
     "failure_kind",
@@ -65,56 +79,43 @@ ARTIFACTS = (
 )
 
 
-def zero_block(conf_dir: Path, stage: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """DeepSpeed's zero_optimization block: conf/ds_zero/<stage>.yaml with `extra` merged over."""
-    block = OmegaConf.to_container(OmegaConf.load(conf_dir / "ds_zero" / f"{stage}.yaml"))
-    return {**block, **extra, "stage": stage}
-
-
-def describe(cfg: DictConfig) -> dict[str, str]:
+def describe(job: Job) -> dict[str, str]:
     """The tags that name a job: what users filter and group runs by. A raw torch.distributed
     workload (gemm, collectives) has no strategy: its workload name stands in."""
-    raw = cfg.workload.name in RAW_WORKLOADS
-    try:
-        no_stage = raw or cfg.strategy.engine != "deepspeed"  # ZeRO is DeepSpeed's
-        zero_stage = "none" if no_stage else str(resolve_zero_stage(cfg.strategy, cfg.zero_stage))
-    except ConfigError:
-        zero_stage = "invalid"
+    raw = not job.builds_model
     return {
-        "strategy": cfg.workload.name if raw else cfg.strategy.name,
-        "engine": "torch.distributed" if raw else cfg.strategy.engine,
+        "strategy": job.workload.name if raw else job.strategy.name,
+        "engine": job.engine,
+        "world_size": str(job.world_size),
+        "zero_stage": job.layout.tag,
+        "model": "none" if raw else job.model.name,
+        "batch": "none" if raw else job.batch.name,
+        "workload": job.workload.name,
+        "dtype": job.dtype,
+        "hardware": job.hardware.name,
+        "num_nodes": str(job.topology.num_nodes),
+        "ranks_per_node": str(job.topology.ranks_per_node),
+    }
+
+
+def describe_refused(cfg: DictConfig) -> dict[str, str]:
+    """The same tags for a config that did not resolve, from what was asked (`invalid` where
+    it cannot be told)."""
+    spec = registry().get(cfg.workload.name)
+    raw = spec is not None and not spec.builds_model
+    return {
+        "strategy": cfg.workload.name if raw else str(cfg.strategy.name),
+        "engine": RAW_ENGINE if raw else str(cfg.strategy.engine),
         "world_size": str(cfg.world_size),
-        "zero_stage": zero_stage,
-        "model": "none" if raw else cfg.model.name,
-        "batch": "none" if raw else cfg.batch.name,
-        "workload": cfg.workload.name,
-        "dtype": cfg.workload.dtype,
-        "hardware": cfg.hardware.name,
-        **topology_tags(cfg),
+        "zero_stage": "none" if raw else "invalid",
+        "model": "none" if raw else str(cfg.model.name),
+        "batch": "none" if raw else str(cfg.batch.name),
+        "workload": str(cfg.workload.name),
+        "dtype": str(cfg.workload.get("dtype", "invalid")),
+        "hardware": str(cfg.hardware.name),
+        "num_nodes": str(cfg.num_nodes or "invalid"),
+        "ranks_per_node": "invalid",
     }
-
-
-def topology_tags(cfg: DictConfig) -> dict[str, str]:
-    """num_nodes and ranks_per_node as configured (`invalid` when they do not divide)."""
-    num_nodes = resolve_num_nodes(cfg)
-    fits = num_nodes >= 1 and cfg.world_size % num_nodes == 0
-    return {
-        "num_nodes": str(num_nodes),
-        "ranks_per_node": str(ranks_per_node(cfg)) if fits else "invalid",
-    }
-
-
-def check_equivalence(resolved: dict, metrics: dict[str, float], job_dir: Path) -> dict[str, str]:
-    """Compare the first-step loss with the single-device reference: adds the metrics
-    loss_first_single and loss_rel_err_vs_single, returns the tags (equivalent=...)."""
-    try:
-        eq_metrics, eq_tags = equivalence.check(
-            resolved, metrics["loss_first"], metrics["num_params"], job_dir
-        )
-    except Exception as exc:  # the measurement stands; only the check is missing
-        return {"equivalent": "unchecked", "equivalence_note": f"reference failed: {exc}"[:500]}
-    metrics.update(eq_metrics)
-    return eq_tags
 
 
 def device_shortfall(device: str, nproc_per_node: int) -> str | None:
@@ -146,28 +147,33 @@ def job_position() -> tuple[int | None, int | None]:
     return hydra_cfg.job.num + 1, int(total) if total else None
 
 
-def run_name(cfg: DictConfig, zero_stage: str) -> str:
+def run_name(tags: dict[str, str], job: Job | None) -> str:
     """A readable MLflow run name: dp-ws2, zero3-ws4, dp-z2-ws2 (a stage the strategy does not
     imply is named), inference-tp-ws2, gemm-ws2 for raw workloads."""
-    if cfg.workload.name in RAW_WORKLOADS:
-        return f"{cfg.workload.name}-ws{cfg.world_size}"
-    if cfg.workload.name != "train":  # inference: the strategy still says how it is split
-        return f"{cfg.workload.name}-{cfg.strategy.name}-ws{cfg.world_size}"
-    pinned, default = cfg.strategy.zero_stage, cfg.strategy.default_zero_stage
-    own = str(pinned if pinned is not None else default)
-    stage = "" if zero_stage in (own, "none", "invalid") else f"-z{zero_stage}"
-    return f"{cfg.strategy.name}{stage}-ws{cfg.world_size}"
+    workload, strategy, ws = tags["workload"], tags["strategy"], tags["world_size"]
+    if workload == strategy:  # raw workloads stand in for the strategy
+        return f"{workload}-ws{ws}"
+    if workload != "train":  # inference: the strategy still says how it is split
+        return f"{workload}-{strategy}-ws{ws}"
+    own = None
+    if job is not None and job.strategy.zero_stage is not None:
+        own = str(job.strategy.zero_stage)
+    elif job is not None:
+        own = str(job.strategy.default_zero_stage)
+    stage = tags["zero_stage"]
+    named = "" if stage in (own, "none", "invalid") else f"-z{stage}"
+    return f"{strategy}{named}-ws{ws}"
 
 
-def previous_run(cfg: DictConfig, signature: str) -> tuple[str, str] | None:
+def previous_run(tracking: Any, signature: str) -> tuple[str, str] | None:
     """(status, run id) of the newest run with this signature, if the store has one."""
     from distbench.tracking.mlflow_store import ensure_experiment, find_runs
     from distbench.tracking.sweep import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
+    uri = resolve_tracking_uri(tracking, Path.cwd())
     if uri is None:
         return None
-    experiment_id = ensure_experiment(uri, cfg.tracking.experiment_name)
+    experiment_id = ensure_experiment(uri, tracking.experiment_name)
     runs = find_runs(uri, experiment_id, {SIGNATURE_TAG: signature})
     finished = [r for r in runs if r.info.status == "FINISHED"]
     newest = (finished or runs or [None])[0]
@@ -176,7 +182,7 @@ def previous_run(cfg: DictConfig, signature: str) -> tuple[str, str] | None:
 
 def resume_decision(cfg: DictConfig, signature: str) -> str | None:
     """Why this job is skipped under resume=true, or None to run it."""
-    previous = previous_run(cfg, signature) if cfg.resume else None
+    previous = previous_run(cfg.tracking, signature) if cfg.resume else None
     if previous is None:
         return None
     status, run_id = previous
@@ -206,22 +212,32 @@ def scheduler_ended(slurm_job_id: str | None) -> tuple[str, str] | None:
     return scheduler_failure(state, slurm_reason)
 
 
+def resolve(cfg: DictConfig, conf_dir: Path) -> tuple[Job | None, str | None]:
+    """(the Job, None), or (None, why the config cannot run)."""
+    try:
+        return resolve_job(cfg, conf_dir), None
+    except ConfigError as exc:
+        return None, str(exc)
+
+
 def new_outcome(
-    cfg: DictConfig, job_dir: Path, label: str
-) -> tuple[dict[str, Any], dict[str, str], str]:
-    """A job's outcome before it runs (what names it), its tags and its signature."""
+    cfg: DictConfig, job: Job | None, job_dir: Path, label: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A job's outcome before it runs (what names it, its signature) and its tags."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    tags = describe(cfg)
-    signature = run_signature(OmegaConf.to_container(cfg, resolve=True))
+    tags = describe(job) if job else describe_refused(baseline_on_one_device(cfg)[0])
+    tree = job.tree() if job else OmegaConf.to_container(cfg, resolve=False)
     outcome: dict[str, Any] = {
         "job": label,
-        "micro_batch_size": cfg.batch.micro_batch_size,
+        "micro_batch_size": job.batch.micro_batch_size if job and job.batch else None,
         "job_dir": str(job_dir),
-        "signature": signature,
-        "run_name": run_name(cfg, tags["zero_stage"]),
+        "signature": run_signature(tree),
+        "run_name": run_name(tags, job),
         **tags,
     }
-    return outcome, tags, signature
+    if job and job.world_size_requested:
+        outcome["world_size_requested"] = job.world_size_requested
+    return outcome, tags
 
 
 def record_failure(
@@ -235,39 +251,24 @@ def record_failure(
     out, or its node lost): a FAILED run with `failure` (failure_kind, failure_reason and tags
     such as slurm_job_id), like any other failure."""
     started = time.monotonic()
-    cfg, _ = baseline_on_one_device(cfg)
-    outcome, _, _ = new_outcome(cfg, job_dir, label)
+    job, _ = resolve(cfg, project_dir / "conf")
+    outcome, _ = new_outcome(cfg, job, job_dir, label)
     outcome.update(status="FAILED", **failure)
     kind, reason = failure["failure_kind"], failure["failure_reason"]
     print(f"distbench: {label} failed ({kind}): {reason}", flush=True)
-    return _finish(cfg, outcome, Measured(metrics={}), job_dir, project_dir, started)
+    return _finish(cfg, job, outcome, Measured(metrics={}), job_dir, project_dir, started)
 
 
 def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
     """Run one job end to end and return its outcome (also written to job_dir/outcome.json)."""
-    from distbench.launch.progress import JobProgress
-
     started = time.monotonic()
-    cfg, world_size_requested = baseline_on_one_device(cfg)
     num, total = job_position()
     label = f"job {num}/{total or '?'}" if num else "job"
-    outcome, tags, signature = new_outcome(cfg, job_dir, label)
-    if world_size_requested:
-        outcome["world_size_requested"] = world_size_requested
-        print(
-            f"distbench: {label}: strategy=single runs on 1 rank (sweep world_size="
-            f"{world_size_requested})",
-            flush=True,
-        )
-    title = (
-        f"{label} strategy={tags['strategy']} world_size={tags['world_size']} "
-        f"zero_stage={tags['zero_stage']} model={tags['model']}"
-    )
-    try:
-        skipped = resume_decision(cfg, signature)
-    except Exception as exc:  # an unreachable store must not stop the sweep: run the job
-        print(f"distbench: {label}: resume check failed ({type(exc).__name__}); running it")
-        skipped = None
+
+    # 1-2. resolve (or the refusal), then the resume decision on the job's signature
+    job, refusal = resolve(cfg, conf_dir)
+    outcome, tags = new_outcome(cfg, job, job_dir, label)
+    skipped = _resume_check(cfg, outcome["signature"], label)
     if skipped:
         print(f"distbench: {label} skipped: {skipped}", flush=True)
         outcome.update(status="SKIPPED", skipped_reason=skipped)
@@ -277,106 +278,138 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     def refuse(reason: str) -> dict[str, Any]:
         print(f"distbench: {label}: invalid config: {reason}", flush=True)
         outcome.update(status="FAILED", failure_kind="invalid_config", failure_reason=reason)
-        return _finish(cfg, outcome, Measured(metrics={}), job_dir, project_dir, started)
+        return _finish(cfg, job, outcome, Measured(metrics={}), job_dir, project_dir, started)
 
+    if job is None:
+        return refuse(refusal)
+    if job.world_size_requested:
+        print(
+            f"distbench: {label}: strategy=single runs on 1 rank (sweep world_size="
+            f"{job.world_size_requested})",
+            flush=True,
+        )
+
+    # 3. resolved.yaml and the launch plan
+    (job_dir / "resolved.yaml").write_text(job.to_yaml())
     try:
-        layout = validate(cfg)
+        launch = plan_launch(job, job_dir)
     except ConfigError as exc:
         return refuse(str(exc))
-
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["hardware"] = resolve_hardware(
-        resolved["hardware"], conf_dir, dtypes=[resolved["workload"]["dtype"]]
-    )
-    resolved["zero_optimization"] = zero_block(
-        conf_dir, layout.zero_stage, resolved["zero_optimization"]
-    )
-    resolved["zero_stage"] = layout.zero_stage
-    resolved["layout"] = layout.as_dict()
-    (job_dir / "resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
-    tags["hardware"] = resolved["hardware"]["name"]
-    outcome["hardware"] = tags["hardware"]
-
-    try:
-        launch = plan_launch(cfg, job_dir)
-    except ConfigError as exc:
-        return refuse(str(exc))
-    tags.update(launch.tags())
     outcome.update(launch.tags())
     if SLURM_JOB_ENV in os.environ:
         outcome["slurm_job_id"] = slurm_job_id(os.environ)
-    if tp_spans_nodes(layout.tp, launch.ranks_per_node):  # allowed by tp_across_nodes=true
+    if tp_spans_nodes(job.layout.tp, launch.ranks_per_node):  # allowed by tp_across_nodes=true
         outcome["tp_across_nodes"] = "true"
         print(
-            f"distbench: {label}: warning: tp({layout.tp}) groups span nodes "
+            f"distbench: {label}: warning: tp({job.layout.tp}) groups span nodes "
             f"({launch.ranks_per_node} ranks per node): their all-reduces leave the node"
         )
-    device = resolved["hardware"]["device"]
-    shortfall = device_shortfall(device, launch.ranks_here)
+    shortfall = device_shortfall(job.device, launch.ranks_here)
     if shortfall:
         return refuse(shortfall)
-    outcome["master_port"] = master_port = launch.port
-    cmd = launch.cmd
-    env = worker_env(device, launch.ranks_per_node, num_cpu_cores(), launch.ranks_here)
-    watchdog = Watchdog(job_dir, cfg.world_size, cfg.limits)
-    total_steps = cfg.workload.num_warmup_steps + cfg.workload.num_steps
-    with JobProgress(title, total_steps, job_dir / "progress.jsonl") as progress:
-        launched = run_workers(
-            job_dir,
-            cmd,
-            env,
-            cfg.limits.timeout_s,
-            on_poll=progress.update,
-            watchdog=watchdog.check,
-        )
-    remove_shm_leftovers(master_port)
+
+    # 4. the ranks, under the watchdog
+    outcome["master_port"] = launch.port
+    launched = _launch(job, launch, job_dir, tags, label)
     outcome["wall_time_s"] = launched.wall_time_s
+
+    # 5. the result and its metrics, or the failure
     measured = Measured(metrics={})
     if launched.ok:
         result = json.loads((job_dir / "result.json").read_text())
-        measured = load(cfg.workload.name).measure(resolved, layout, result)
-        dtype = resolved["workload"]["dtype"]
-        mfu_error = check_mfu(
-            measured.metrics.get("mfu_pct"), resolved["hardware"].get(f"peak_tflops_{dtype}")
-        )
-        if mfu_error:  # a wrong peak, not a fast job: say so instead of logging the number
-            measured.metrics.pop("mfu_pct")
-            outcome["mfu_error"] = mfu_error
-            print(f"distbench: {label}: {mfu_error}")
-        if cfg.workload.name == "train":
-            outcome.update(check_equivalence(resolved, measured.metrics, job_dir))
-        outcome.update(status="FINISHED", backend=result["backend"], layout=layout.as_dict())
-        if result.get("layout_tag"):  # e.g. dp2-pp1-tp2: the rank grid that ran
-            outcome["layout_tag"] = result["layout_tag"]
-        if result.get("emulated"):  # collectives the backend lacks ran as their equivalent
-            outcome["emulated"] = json.dumps(result["emulated"], sort_keys=True)
+        measured = rank_module(job).measure(job, result, job_dir)
+        outcome.update(_result_tags(job, result, measured, label))
     else:
-        ended_by_scheduler = scheduler_ended(outcome.get("slurm_job_id"))
-        if ended_by_scheduler:  # srun's step was ended by scancel / the time limit / a node
-            launched.failure_kind, launched.failure_reason = ended_by_scheduler
-        reason = launched.failure_reason
-        if launched.failure_kind == "oom" and cfg.workload.name == "train":
-            reason += f" (batch.micro_batch_size={cfg.batch.micro_batch_size})"
-        outcome.update(
-            status="FAILED",
-            failure_kind=launched.failure_kind,
-            failure_reason=reason,
-            returncode=launched.returncode,
-        )
-        (job_dir / "stderr_tail.txt").write_text(launched.stderr_tail)
-        print(f"distbench: {label} failed ({launched.failure_kind}): {launched.failure_reason}")
+        outcome.update(_failure(job, launched, outcome.get("slurm_job_id"), job_dir, label))
     outcome["metrics"] = measured.metrics
-    return _finish(cfg, outcome, measured, job_dir, project_dir, started, resolved)
+
+    # 6. record
+    return _finish(cfg, job, outcome, measured, job_dir, project_dir, started)
+
+
+def _resume_check(cfg: DictConfig, signature: str, label: str) -> str | None:
+    try:
+        return resume_decision(cfg, signature)
+    except Exception as exc:  # an unreachable store must not stop the sweep: run the job
+        print(f"distbench: {label}: resume check failed ({type(exc).__name__}); running it")
+        return None
+
+
+def _launch(job: Job, launch: Any, job_dir: Path, tags: dict[str, str], label: str) -> Any:
+    """Start the ranks and wait for them, with the progress bar and the watchdog."""
+    from distbench.launch.progress import JobProgress
+
+    title = (
+        f"{label} strategy={tags['strategy']} world_size={tags['world_size']} "
+        f"zero_stage={tags['zero_stage']} model={tags['model']}"
+    )
+    env = worker_env(job.device, launch.ranks_per_node, num_cpu_cores(), launch.ranks_here)
+    watchdog = Watchdog(job_dir, job.world_size, job.limits)
+    total_steps = job.workload.num_warmup_steps + job.workload.num_steps
+    with JobProgress(title, total_steps, job_dir / "progress.jsonl") as progress:
+        launched = run_workers(
+            job_dir,
+            launch.cmd,
+            env,
+            job.limits.timeout_s,
+            on_poll=progress.update,
+            watchdog=watchdog.check,
+        )
+    remove_shm_leftovers(launch.port)
+    return launched
+
+
+def _result_tags(
+    job: Job, result: dict[str, Any], measured: Measured, label: str
+) -> dict[str, Any]:
+    """What a finished job adds to its outcome: status, backend, layout, the workload's tags,
+    and an impossible MFU turned into the tag mfu_error (the metric is dropped)."""
+    out: dict[str, Any] = {"status": "FINISHED", "backend": result["backend"]}
+    out["layout"] = job.layout.as_dict()
+    out.update(measured.tags)
+    peak = getattr(job.hardware, f"peak_tflops_{job.dtype}", None)
+    mfu_error = check_mfu(measured.metrics.get("mfu_pct"), peak)
+    if mfu_error:  # a wrong peak, not a fast job: say so instead of logging the number
+        measured.metrics.pop("mfu_pct")
+        out["mfu_error"] = mfu_error
+        print(f"distbench: {label}: {mfu_error}")
+    if result.get("layout_tag"):  # e.g. dp2-pp1-tp2: the rank grid that ran
+        out["layout_tag"] = result["layout_tag"]
+    if result.get("emulated"):  # collectives the backend lacks ran as their equivalent
+        out["emulated"] = json.dumps(result["emulated"], sort_keys=True)
+    return out
+
+
+def _failure(
+    job: Job, launched: Any, slurm_job: str | None, job_dir: Path, label: str
+) -> dict[str, Any]:
+    """A failed worker group's outcome: its kind (the scheduler's, when SLURM ended it), its
+    reason (naming the memory knob on oom) and its stderr tail."""
+    ended_by_scheduler = scheduler_ended(slurm_job)
+    if ended_by_scheduler:  # srun's step was ended by scancel / the time limit / a node
+        launched.failure_kind, launched.failure_reason = ended_by_scheduler
+    reason = launched.failure_reason
+    knob = job.spec.memory_knob
+    if launched.failure_kind == "oom" and knob:
+        reason += f" ({knob(job)})"
+    (job_dir / "stderr_tail.txt").write_text(launched.stderr_tail)
+    print(f"distbench: {label} failed ({launched.failure_kind}): {launched.failure_reason}")
+    return {
+        "status": "FAILED",
+        "failure_kind": launched.failure_kind,
+        "failure_reason": reason,
+        "returncode": launched.returncode,
+    }
 
 
 def _finish(
     cfg: DictConfig,
+    job: Job | None,
     outcome: dict[str, Any],
     measured: Measured,
     job_dir: Path,
     project_dir: Path,
     started: float,
-    resolved: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write outcome.json and spool the MLflow run, then log it; a tracking failure is reported
     (the run stays spooled for `distbench sync`), never raised."""
@@ -391,11 +424,14 @@ def _finish(
     uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
     if uri is None:
         return outcome
-    config_tree = mask_tree(resolved or OmegaConf.to_container(cfg, resolve=False))
-    tags = {k: str(outcome[k]) for k in describe(cfg) if k in outcome}
+    # The params: the job's tree (only the active workload's node), or for a config that did
+    # not resolve, what was composed.
+    config_tree = mask_tree(job.tree() if job else OmegaConf.to_container(cfg, resolve=False))
+    tags = {k: str(outcome[k]) for k in NAME_TAGS if k in outcome}
     tags.update(software_tags(project_dir))
     tags.update(detect_tags())
     tags.update({JOB_DIR_TAG: str(job_dir), SIGNATURE_TAG: outcome["signature"]})
+    tags.update(measured.tags)  # the workload's own (train: equivalent=...)
     for key in TAGGED_OUTCOME_KEYS:
         if outcome.get(key):
             tags[key] = mask_text(str(outcome[key]))[:5000]

@@ -1,4 +1,5 @@
-"""hardware.peak_source=measured for real: `python -m distbench.compose.calibrate` times a GEMM on this
+"""hardware.peak_source=measured for real: `python -m distbench.compose.calibrate`
+times a GEMM on this
 CPU (one thread) and caches it; the shared tiny sweep ran with the measured peak; a calibration
 that fails leaves the catalog peak with the reason."""
 

@@ -8,8 +8,9 @@ import csv
 
 import pytest
 
-from distbench.compose.schema import Layout
+from distbench.job import resolve_job
 from distbench.workloads.collectives import workload as collectives
+from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
 
@@ -39,8 +40,8 @@ def result_of(tmp_path, ops=("all_reduce", "all_gather", "send_recv")):
 
 
 def test_measure_logs_series_by_size_summaries_and_artifacts(tmp_path):
-    layout = Layout(world_size=4, dp=4, tp=1, pp=1, zero_stage=0)
-    measured = collectives.measure({}, layout, result_of(tmp_path))
+    job = resolve_job(compose_config(["workload=collectives", "world_size=4"]), CONF_DIR)
+    measured = collectives.measure(job, result_of(tmp_path))
     series = {}
     for name, value, step in measured.series:
         series.setdefault(name, {})[step] = value

@@ -1,1 +1,3 @@
-"""Compose and resolve: the typed schemas Hydra composes, hardware resolution, the run signature inputs."""
+"""Compose and resolve: the typed schemas Hydra composes, hardware resolution, the run signature
+inputs.
+"""

@@ -2,7 +2,7 @@
 the bad value and what is allowed. Engines (engines/*.check) and workloads (workloads/<name>
 check) add their own; distbench.job.resolve_job runs them all, in that order.
 
-    python -c "from distbench.compose.checks import resolve_degrees; print(resolve_degrees(8, -1, 2, 2))"
+    python -c "import distbench.compose.checks as c; print(c.resolve_degrees(8, -1, 2, 2))"
 """
 
 from __future__ import annotations

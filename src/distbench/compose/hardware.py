@@ -2,11 +2,11 @@
 
 The GPU catalog lives in conf/hardware/*.yaml (datasheet figures, prices with their source).
 This module resolves `hardware=auto` and fills a CPU's peak from /proc/cpuinfo, or, with
-`hardware.peak_source=measured`, from a timed GEMM on this machine (distbench.compose.calibrate, run as a
+`hardware.peak_source=measured`, from a timed GEMM on this machine (compose/calibrate.py, run as a
 subprocess and cached). `detect_tags()` names the machine for MLflow (`hw.*` tags). It never
 imports torch: GPUs are found with pynvml when installed, else `nvidia-smi`.
 
-    python -m distbench.compose.hardware      # what `hardware=auto` resolves to here, and the hw.* tags
+    python -m distbench.compose.hardware   # what `hardware=auto` resolves to here, the hw.* tags
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ def apply_measured_peaks(hw: dict, dtypes: Iterable[str] | None = None) -> dict:
 def measured_peak_tflops(
     device: str, dtype: str, threads: int, device_name: str, timeout_s: float = 600.0
 ) -> float:
-    """This machine's peak TFLOP/s for dtype: the cache's, else a `python -m distbench.compose.calibrate`
+    """This machine's peak TFLOP/s for dtype: the cache's, else a `python -m
+    distbench.compose.calibrate`
     subprocess (the caller never imports torch) whose last stdout line is one JSON document."""
     from distbench.compose import calibrate
 

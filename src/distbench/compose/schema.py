@@ -1,9 +1,9 @@
 """Typed config schemas and their registration with Hydra's ConfigStore.
 
 The YAML files under conf/ hold the values; the dataclasses here hold the types and the
-required fields. The checks live in compose/checks.py, the engines and the workloads; distbench.job turns the
-composed config into a typed `Job` or raises `ConfigError` (one line: the bad value and what is
-allowed) before any process is started.
+required fields. The checks live in compose/checks.py, the engines and the workloads;
+distbench.job turns the composed config into a typed `Job` or raises `ConfigError` (one line:
+the bad value and what is allowed) before any process is started.
 
     python -c "from distbench.compose.schema import register_configs; register_configs()"
 """
@@ -15,7 +15,6 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
-
 
 ENGINES = ("deepspeed", "torch")
 # The torch engine's data parallelism across replicas and its pipeline schedules.

@@ -2,9 +2,9 @@
 
 An engine module exposes `resolve_zero_stage(strategy, chosen)` (the one place its stage is
 worked out), `check(job)` (what it cannot run, one line) and `initialize(model, job) -> Engine`;
-`ENGINE_MODULES` maps `strategy.engine` to it (deepspeed.py: dp, ZeRO-1/2/3, offload, AutoTP, pipeline;
-torch_native.py: single, ddp, fsdp, torch_tp, torch_pp and their 2D/3D combinations).
-Importing this package does not import torch (config.py reads the registry).
+`ENGINE_MODULES` maps `strategy.engine` to it (deepspeed.py: dp, ZeRO-1/2/3, offload,
+AutoTP, pipeline; torch_native.py: single, ddp, fsdp, torch_tp, torch_pp and their 2D/3D
+combinations). Importing this package does not import torch (distbench.job reads it).
 
     python -c "from distbench.engines import get; print(get('torch'))"
 """

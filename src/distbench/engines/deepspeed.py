@@ -1,8 +1,9 @@
 """The DeepSpeed engine for every deepspeed strategy: dp, ZeRO-1/2/3 (+ offload), AutoTP, pipeline.
 
-`ds_config()` is pure: resolved config + layout → DeepSpeed's config dict. `initialize()` wraps
-the model, in this order: pipeline split (pp > 1, strategies/pipeline.py) → DeepSpeed engine
-(AutoTP sharding when tp > 1, then ZeRO partitioning of what is left, offload last).
+`ds_config()` is pure: job → DeepSpeed's config dict; `check()` refuses what DeepSpeed cannot
+run. `initialize()` wraps the model, in this order: pipeline split (pp > 1, pipeline.py) →
+DeepSpeed engine (AutoTP sharding when tp > 1, then ZeRO partitioning of what is left, offload
+last).
 The optimizer is torch's AdamW (foreach off) handed to DeepSpeed, so no DeepSpeed Adam kernel
 has to be compiled; offload then needs `zero_force_ds_cpu_optimizer: false`.
 
@@ -65,24 +66,25 @@ def check(job: Any) -> None:
         raise ConfigError(f"strategy.offload_param needs zero_stage=3, got zero_stage={stage}")
 
 
-def ds_config(cfg: Any, layout: Layout) -> dict[str, Any]:
-    """DeepSpeed's config dict for a resolved distbench config."""
-    zero = dict(cfg.zero_optimization or {})
+def ds_config(job: Any) -> dict[str, Any]:
+    """DeepSpeed's config dict for a job."""
+    layout = job.layout
+    zero = dict(job.zero_optimization or {})
     zero["stage"] = layout.zero_stage
-    if cfg.strategy.offload_optimizer != "none":
-        zero["offload_optimizer"] = {"device": cfg.strategy.offload_optimizer, "pin_memory": False}
-    if cfg.strategy.offload_param != "none":
-        zero["offload_param"] = {"device": cfg.strategy.offload_param, "pin_memory": False}
+    if job.strategy.offload_optimizer != "none":
+        zero["offload_optimizer"] = {"device": job.strategy.offload_optimizer, "pin_memory": False}
+    if job.strategy.offload_param != "none":
+        zero["offload_param"] = {"device": job.strategy.offload_param, "pin_memory": False}
     config: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": cfg.batch.micro_batch_size,
-        "gradient_accumulation_steps": cfg.batch.grad_accum_steps,
+        "train_micro_batch_size_per_gpu": job.batch.micro_batch_size,
+        "gradient_accumulation_steps": job.batch.grad_accum_steps,
         "zero_optimization": zero,
         "zero_force_ds_cpu_optimizer": False,
         "gradient_clipping": 0.0,
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
-        "bf16": {"enabled": cfg.workload.dtype == "bf16"},
-        "fp16": {"enabled": cfg.workload.dtype == "fp16"},
+        "bf16": {"enabled": job.workload.dtype == "bf16"},
+        "fp16": {"enabled": job.workload.dtype == "fp16"},
     }
     if layout.tp > 1:
         config["tensor_parallel"] = {"autotp_size": layout.tp}
@@ -135,24 +137,23 @@ def _grid_coords(engine: Any, layout: Layout) -> tuple[int, int, int]:
     return (dist.get_rank(), 0, 0)
 
 
-def initialize(model: Any, cfg: Any, layout: Layout) -> DeepSpeedEngine:
+def initialize(model: Any, job: Any) -> DeepSpeedEngine:
     """Wrap `model` for the layout; returns the DeepSpeed engine and this rank's grid position."""
     import deepspeed
     import torch
 
+    layout = job.layout
     if layout.pp > 1:
         from distbench.engines.pipeline import to_pipeline_module
 
         model = to_pipeline_module(model, num_stages=layout.pp)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.workload.lr, foreach=False)
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, config=ds_config(cfg, layout)
-    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=job.workload.lr, foreach=False)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(job))
     coords = _grid_coords(engine, layout)
     return DeepSpeedEngine(
         engine=engine,
         dp_rank=coords[0],
         coords=coords,
         is_pipeline=layout.pp > 1,
-        device=cfg.hardware.device,
+        device=job.hardware.device,
     )

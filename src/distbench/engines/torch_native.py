@@ -32,7 +32,7 @@ from typing import Any
 
 from distbench.compose.checks import one_of
 from distbench.compose.schema import PP_SCHEDULES, TORCH_DATA_PARALLEL, ConfigError
-from distbench.job import Layout
+from distbench.engines import GRID_DIMS
 
 
 def resolve_zero_stage(strategy: Any, chosen: int | None) -> None:
@@ -85,7 +85,7 @@ def check(job: Any) -> None:
             f"strategy.pp_schedule=1f1b needs batch.grad_accum_steps({micro_batches}) >= pp({pp}) "
             "micro-batches; raise grad_accum_steps or use pp_schedule=gpipe"
         )
-from distbench.engines import GRID_DIMS
+
 
 TP_PLAN_COLWISE = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
 TP_PLAN_COLWISE += ("mlp.gate_proj", "mlp.up_proj")
@@ -210,13 +210,14 @@ class TorchEngine:
         )
 
 
-def initialize(model: Any, cfg: Any, layout: Layout) -> TorchEngine:
+def initialize(model: Any, job: Any) -> TorchEngine:
     """Wrap `model` for the layout (module docstring: split → TP → data parallel → AdamW)."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
-    device = cfg.hardware.device
-    strategy = cfg.strategy
+    device = job.hardware.device
+    strategy = job.strategy
+    layout = job.layout
     dp, pp, tp = layout.dp, layout.pp, layout.tp
     mesh = init_device_mesh(device, (dp, pp, tp), mesh_dim_names=GRID_DIMS)
     coords = tuple(int(c) for c in mesh.get_coordinate())
@@ -230,7 +231,7 @@ def initialize(model: Any, cfg: Any, layout: Layout) -> TorchEngine:
     data_parallel = (strategy.data_parallel or "ddp") if dp > 1 else None
     if data_parallel:
         module = apply_data_parallel(module, data_parallel, mesh["dp"], device, tp, pp)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=cfg.workload.lr, foreach=False)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=job.workload.lr, foreach=False)
     engine = TorchEngine(
         module=module,
         optimizer=optimizer,
@@ -240,13 +241,13 @@ def initialize(model: Any, cfg: Any, layout: Layout) -> TorchEngine:
         data_parallel=data_parallel,
     )
     if pp > 1:
-        engine.schedule = _pipeline_schedule(module, cfg, coords[1], pp, mesh["pp"], device)
+        engine.schedule = _pipeline_schedule(module, job, coords[1], pp, mesh["pp"], device)
         engine.pp_group = mesh["pp"].get_group()
         engine.stage = (coords[1], pp)
     return engine
 
 
-def _pipeline_schedule(module: Any, cfg: Any, stage: int, pp: int, pp_mesh: Any, device: str):
+def _pipeline_schedule(module: Any, job: Any, stage: int, pp: int, pp_mesh: Any, device: str):
     import torch
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
@@ -254,7 +255,7 @@ def _pipeline_schedule(module: Any, cfg: Any, stage: int, pp: int, pp_mesh: Any,
 
     where = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
     pipeline_stage = PipelineStage(module, stage, pp, where, group=pp_mesh.get_group())
-    schedule = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[cfg.strategy.pp_schedule or "gpipe"]
+    schedule = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[job.strategy.pp_schedule or "gpipe"]
     return schedule(
-        pipeline_stage, n_microbatches=cfg.batch.grad_accum_steps, loss_fn=causal_lm_loss
+        pipeline_stage, n_microbatches=job.batch.grad_accum_steps, loss_fn=causal_lm_loss
     )

@@ -1,1 +1,3 @@
-"""Launch and watch: the worker command line, the rank processes, their topology, the watchdog and the progress bar."""
+"""Launch and watch: the worker command line, the rank processes, their topology, the watchdog and
+the progress bar.
+"""

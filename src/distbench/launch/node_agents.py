@@ -6,7 +6,7 @@ others at a c10d rendezvous on 127.0.0.1. The agents are this process's children
 orchestrator's watchdog finds every rank under one pid, and one agent failing stops the others
 (as `srun --kill-on-bad-exit` does on a cluster).
 
-    python -m distbench.launch.node_agents 2 -- python -m torch.distributed.run --nnodes=2 ... JOB_DIR
+    python -m distbench.launch.node_agents 2 -- python -m torch.distributed.run --nnodes=2 ..
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A job the scheduler ends (scancel, its time limit, a lost node, the OOM killer of its cgroup)
 cannot record itself: the launching process asks SLURM for the job's state and records it.
 
-    python -c "from distbench.launch.slurm_state import scheduler_failure as f; print(f('TIMEOUT', ''))"
+    python -c "import distbench.launch.slurm_state as s; print(s.scheduler_failure('TIMEOUT', ''))"
 """
 
 from __future__ import annotations

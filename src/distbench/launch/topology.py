@@ -5,7 +5,7 @@ SLURM allocation. Several nodes: one torchrun agent per node meeting at a c10d r
 first node, started by `srun` (one task per node) on a cluster, or `local_nodes` agents on this
 machine (the same agents, for tests and for trying the path without a cluster).
 
-    python -c "from distbench.launch.topology import resolve_rank_launcher as r; print(r('auto', 2, {}))"
+    python -c "import distbench.launch.topology as t; print(t.resolve_rank_launcher('auto', 2, {}))"
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distbench.compose.schema import ConfigError, ranks_per_node, resolve_num_nodes
+from distbench.compose.schema import ConfigError
 from distbench.launch.workers import (
     MASTER_ADDR,
     first_node_of_allocation,
@@ -83,10 +83,10 @@ class LaunchPlan:
         }
 
 
-def plan_launch(cfg: Any, job_dir: Path, env: Mapping[str, str] = os.environ) -> LaunchPlan:
-    """The rank-starting command for a validated config (raises ConfigError as above)."""
-    num_nodes, per_node = resolve_num_nodes(cfg), ranks_per_node(cfg)
-    launcher = resolve_rank_launcher(cfg.rank_launcher, num_nodes, env)
+def plan_launch(job: Any, job_dir: Path, env: Mapping[str, str] = os.environ) -> LaunchPlan:
+    """The rank-starting command for a job (raises ConfigError as above)."""
+    num_nodes, per_node = job.topology.num_nodes, job.topology.ranks_per_node
+    launcher = resolve_rank_launcher(job.topology.rank_launcher, num_nodes, env)
     port = free_port()
     if num_nodes == 1:  # a static rendezvous on loopback: the port names DeepSpeed's shm files
         agent = worker_command(job_dir, per_node, port)
@@ -101,5 +101,5 @@ def plan_launch(cfg: Any, job_dir: Path, env: Mapping[str, str] = os.environ) ->
         cmd = srun_command(agent, num_nodes)
     elif launcher == "local_nodes" and num_nodes > 1:
         cmd = local_nodes_command(agent, num_nodes)
-    ranks_here = cfg.world_size if launcher == "local_nodes" else per_node
+    ranks_here = job.world_size if launcher == "local_nodes" else per_node
     return LaunchPlan(cmd, launcher, num_nodes, per_node, ranks_here, port)

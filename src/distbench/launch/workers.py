@@ -4,7 +4,7 @@ The worker group runs in its own session (process group), so on timeout or after
 rank is killed with one signal and none outlives its job. Failure kinds are public (users
 filter runs on them): invalid_config, oom, timeout, crash, collective_error, nccl_error.
 
-    python -c "from distbench.launch.workers import worker_command; print(worker_command('d', 2, 29500))"
+    python -c "import distbench.launch.workers as w; print(w.worker_command('d', 2, 29500))"
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def srun_command(agent_cmd: list[str], num_nodes: int) -> list[str]:
 
 
 def local_nodes_command(agent_cmd: list[str], num_nodes: int) -> list[str]:
-    """`num_nodes` agents on this machine (distbench.launch.node_agents): the cluster's path, locally."""
+    """`num_nodes` agents on this machine (launch/node_agents.py): the cluster's path, locally."""
     return [sys.executable, "-m", "distbench.launch.node_agents", str(num_nodes), "--", *agent_cmd]
 
 

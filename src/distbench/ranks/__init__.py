@@ -1,1 +1,3 @@
-"""Rank-side code: the worker entry point, process-group helpers, model building and fault injection."""
+"""Rank-side code: the worker entry point, process-group helpers, model building and fault
+injection.
+"""

@@ -1,6 +1,6 @@
 """Rank entry point: join the process group, run the workload, and (rank 0) write result.json.
 
-Workers never use Hydra: they read RUN_DIR/resolved.yaml that the orchestrator wrote. A rank
+Workers never use Hydra: they rebuild the Job from RUN_DIR/resolved.yaml (Job.load). A rank
 that raises writes RUN_DIR/error.rank<r>.json (type, message, traceback) for the orchestrator
 to classify, then exits non-zero.
 
@@ -19,10 +19,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from distbench.compose.schema import RAW_WORKLOADS, Layout
-
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON so a reader never sees half a file."""
@@ -34,8 +30,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0])
-    cfg = OmegaConf.load(run_dir / "resolved.yaml")
-    device = cfg.hardware.device
+    from distbench.job import Job, rank_module
+
+    job = Job.load(run_dir)
+    device = job.device
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if device == "cuda" else "cpu")
     rank = int(os.environ.get("RANK", "0"))
     # On SIGUSR1 (sent by the orchestrator when a rank stalls) dump every thread's stack, so
@@ -46,24 +44,21 @@ def main(argv: list[str] | None = None) -> None:
         import torch.distributed as dist
 
         from distbench.ranks import dist as dist_utils
-        from distbench.workloads import load
 
-        workload = load(cfg.workload.name)
-        raw = cfg.workload.name in RAW_WORKLOADS  # plain torch.distributed, no engine
-        dist_utils.init_process_group(device, "torch" if raw else cfg.strategy.engine)
+        workload = rank_module(job)
+        dist_utils.init_process_group(device, job.engine)
         dist_utils.heartbeat(run_dir, rank, -1)
-        layout = Layout(**cfg.layout)
-        figures = workload.run(cfg, layout, run_dir, device)
+        figures = workload.run(job, run_dir)
         figures["hostname"] = socket.gethostname()
         per_rank = dist_utils.gather_objects(figures)
         if rank == 0:
             result = {
                 "status": "ok",
-                "workload": cfg.workload.name,
-                "layout": layout.as_dict(),
+                "workload": job.workload.name,
+                "layout": job.layout.as_dict(),
                 "backend": dist.get_backend(),
                 "device": device,
-                "num_warmup_steps": cfg.workload.num_warmup_steps,
+                "num_warmup_steps": job.workload.num_warmup_steps,
                 **workload.combine(per_rank),
             }
             write_json_atomic(run_dir / "result.json", result)

@@ -1,1 +1,3 @@
-"""Tools around runs: plan, report, compare, schedule, server and the end-of-sweep summary (the `distbench` CLI)."""
+"""Tools around runs: plan, report, compare, schedule, server and the end-of-sweep summary (the
+`distbench` CLI).
+"""

@@ -47,8 +47,8 @@ from typing import Any
 import pandas as pd
 
 from distbench.tools.report import HEADLINE_METRICS, markdown_table
+from distbench.tracking.signature import SIGNATURE_TAG
 
-SIGNATURE_TAG = "distbench.signature"  # as the orchestrator tags each run
 KIND_TAG = "distbench.kind"
 COMPARE_ARTIFACT_DIR = "compare"
 DEFAULT_METRICS = ("throughput_tokens_per_s", "peak_mem_gib")

@@ -12,7 +12,7 @@ password in it is refused: every user of the machine can read argv (`ps`).
     distbench server --backend postgresql://mlflow@db.internal:5432/mlflow --host 0.0.0.0
     PGPASSWORD=... distbench server --backend postgresql://mlflow@127.0.0.1:5432/mlflow
     distbench server --root /shared/mlflow --port 5000        # sqlite, for a small team
-    python -c "from distbench.tools.server import start_server; print(start_server(root='/tmp/m')[1])"
+    python -c "import distbench.tools.server as s; print(s.start_server(root='/tmp/m')[1])"
 """
 
 from __future__ import annotations

@@ -1,1 +1,3 @@
-"""Tracking: MLflow parent/child runs (the Hydra callback), the local spool, the run signature and secret masking."""
+"""Tracking: MLflow parent/child runs (the Hydra callback), the local spool, the run signature and
+secret masking.
+"""

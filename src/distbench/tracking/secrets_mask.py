@@ -1,7 +1,7 @@
 """Masks secrets before anything is logged: values of keys that name a secret, and passwords
 inside URIs (scheme://user:password@host). Environment variables are never logged at all.
 
-    python -c "from distbench.tracking.secrets_mask import mask_tree; print(mask_tree({'token': 'x'}))"
+    python -c "import distbench.tracking.secrets_mask as m; print(m.mask_tree({'token': 'x'}))"
 """
 
 from __future__ import annotations

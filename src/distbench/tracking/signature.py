@@ -1,7 +1,7 @@
 """A run's signature: a hash of what it measures, so a repeat is recognised, not rerun
 (the idea of facebookresearch/dora). Keys that do not change the measurement are left out.
 
-    python -c "from distbench.tracking.signature import run_signature; print(run_signature({'a': 1}))"
+    python -c "import distbench.tracking.signature as s; print(s.run_signature({'a': 1}))"
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import hashlib
 import json
 from typing import Any
 
+# The tag that carries it (public: compare pairs runs by it, resume finds them by it).
+SIGNATURE_TAG = "distbench.signature"
 # Where results go, how long to wait, whether to resume: none of it changes what is measured.
 EXCLUDED_KEYS = ("tracking", "limits", "resume", "retry_failed", "hydra")
 

@@ -6,7 +6,8 @@ $DISTBENCH_PLUGINS, comma-separated) holds, without importing torch at import ti
     __init__.py   SPEC = register(WorkloadSpec(name, module=__name__, schema, check, ...))
     workload.py   run(job, run_dir) -> dict         # on every rank: this rank's raw figures
                   combine(per_rank: list[dict]) -> dict   # on rank 0: the body of result.json
-                  measure(job, result) -> Measured  # in the orchestrator: the logged metrics
+                  measure(job, result, job_dir) -> Measured   # in the orchestrator: metrics,
+                                                    # series, artifacts and tags
 
 `register` also stores the Hydra option `workload=<name>` (package _global_), whose `workload`
 node is the spec's schema (a WorkloadConfig subclass with its defaults) and, for the three
@@ -44,15 +45,20 @@ class WorkloadSpec:
     builds_model: bool = True  # False: plain torch.distributed, no model / strategy / batch
     options_key: str | None = None  # its own root node (gemm, collectives, inference)
     options_schema: type | None = None
+    # What an out-of-memory reason names: the knob that sets this job's memory, e.g.
+    # "batch.micro_batch_size=8" (None: nothing to name).
+    memory_knob: Callable[[Job], str] | None = None
 
 
 @dataclass
 class Measured:
-    """What a job logs: scalar metrics, stepped series (name, value, step), extra artifacts."""
+    """What a job logs: scalar metrics, stepped series (name, value, step), extra artifacts and
+    tags (e.g. train's equivalence check: equivalent=true)."""
 
     metrics: dict[str, float]
     series: list[tuple[str, float, int]] = field(default_factory=list)
     artifacts: list[Path] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, WorkloadSpec] = {}

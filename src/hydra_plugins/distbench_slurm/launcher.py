@@ -7,7 +7,7 @@ parallelism). Differences from `submitit_slurm`:
   with SLURM_PROCID 0 orchestrates (its srun starts one torchrun agent per node), so only one
   process per job writes to MLflow;
 - a job the scheduler ends (scancel, time limit, node failure) is recorded as a FAILED child run
-  with its failure kind (distbench.launch.slurm_state) and the sweep goes on; the stock launcher raises
+  with its failure kind (launch/slurm_state.py) and the sweep goes on; the stock launcher raises
   on the first such job and the sweep's parent run is never closed.
 
     python run.py -m hydra/launcher=slurm hydra.launcher.partition=gpu strategy=dp,zero3

@@ -8,7 +8,8 @@ reduce_scatter, the per-rank buffer for all_to_all, the sent buffer for send/rec
 busbw = algbw × a bus factor that makes the figure comparable with the hardware's link speed.
 GB/s there means 1e9 bytes per second.
 
-    python -c "from distbench.workloads.collectives.metrics import *;print(busbw_gbps(2**20, 1e-3, 'all_gather', 4))"
+    python -c "import distbench.workloads.collectives.metrics as m
+print(m.busbw_gbps(2**20, 1e-3, 'all_gather', 4))"
 """
 
 from __future__ import annotations

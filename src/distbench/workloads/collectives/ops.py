@@ -1,6 +1,6 @@
 """The six collectives of the collectives workload in plain torch.distributed, each with its
 buffers, its call (native, or the standard equivalent where the backend lacks it) and a check
-of its result in place. Message sizes follow nccl-tests (see distbench.workloads.collectives.metrics).
+of its result in place. Message sizes follow nccl-tests (see metrics.py).
 
     op            buffers (count = elements of the message)      native call
     all_reduce    buf[count]                                     all_reduce

@@ -17,11 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from distbench.compose.schema import Layout
 from distbench.figures.metrics import percentile
 from distbench.workloads import Measured
-from distbench.workloads.collectives.report import plot_busbw, write_csv
 from distbench.workloads.collectives import metrics as cm
+from distbench.workloads.collectives.report import plot_busbw, write_csv
 from distbench.workloads.gemm.metrics import BYTES_PER_ELEMENT
 from distbench.workloads.timing import Progress, slowest_per_iteration, time_iterations, torch_dtype
 
@@ -35,13 +34,13 @@ def _ops_to_run(ops: list[str], n: int) -> tuple[list[str], dict[str, str]]:
     return [op for op in ops if op not in skipped], skipped
 
 
-def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
+def run(job: Any, run_dir: Path) -> dict[str, Any]:
     """Check and time every (collective, size); returns this rank's times in s."""
     import torch.distributed as dist
 
     from distbench.workloads.collectives import ops as co
 
-    c, w = cfg.collectives, cfg.workload
+    c, w, device = job.options, job.workload, job.device
     rank, n = dist.get_rank(), dist.get_world_size()
     dtype, element_bytes = torch_dtype(c.dtype), BYTES_PER_ELEMENT[c.dtype]
     sizes = cm.message_sizes(c.min_bytes, c.max_bytes or cm.default_max_bytes(device), c.factor)
@@ -154,10 +153,10 @@ def summary_metrics(rows: list[dict[str, Any]], emulated: dict[str, str]) -> dic
     return metrics
 
 
-def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> Measured:
+def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
     """result.json → per-collective summary metrics, series stepped by message size in bytes,
     and the CSV table and busbw plot in the job dir."""
-    rows = table_rows(result, layout.world_size)
+    rows = table_rows(result, job.world_size)
     metrics = summary_metrics(rows, result["emulated"])
     metrics["num_sizes"] = float(len({r["size_bytes"] for r in rows}))
     metrics["num_timed_steps"] = float(len(result["points"][0]["times_s"])) if rows else 0.0
@@ -172,7 +171,7 @@ def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) ->
     job_dir = Path(result["run_dir"])
     artifacts = []
     if rows and job_dir.is_dir():
-        title = f"busbw, {layout.world_size} ranks, {result['dtype']}"
+        title = f"busbw, {job.world_size} ranks, {result['dtype']}"
         artifacts = [
             write_csv(rows, job_dir / CSV_NAME),
             plot_busbw(rows, job_dir / PNG_NAME, title),

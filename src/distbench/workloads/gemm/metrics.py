@@ -6,7 +6,7 @@ C[m, n] = A[m, k] @ B[k, n] sharded over p ranks (as in the course lab):
     cols  B split by columns, A broadcast, each rank computes C columns, all_gather of C
     k     A split by columns and B by rows (the inner dimension), partial C, all_reduce
 
-    python -c "from distbench.workloads.gemm.metrics import gemm_flops; print(gemm_flops(4096, 4096, 4096))"
+    python -c "import distbench.workloads.gemm.metrics as m; print(m.gemm_flops(4096, 4096, 4096))"
 """
 
 from __future__ import annotations

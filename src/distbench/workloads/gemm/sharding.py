@@ -8,7 +8,7 @@
 each phase closed by a device sync so the host clock brackets it. Memory per rank is what
 gemm_metrics.elements_per_rank counts.
 
-    python -m torch.distributed.run --nproc_per_node=2 -m distbench.ranks.worker RUN_DIR  # workload=gemm
+    python run.py workload=gemm gemm.sharding=k world_size=2
 """
 
 from __future__ import annotations

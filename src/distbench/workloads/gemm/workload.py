@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from distbench.compose.schema import Layout
 from distbench.figures.metrics import GIB, mfu_pct, percentile
 from distbench.workloads import Measured
 from distbench.workloads.gemm import metrics as gm
@@ -58,19 +57,22 @@ def check_error(g: Any, rank: int, p: int, dtype, device: str, seed: int) -> flo
         sh.step(buf, rank, p, device)
         c = buf.c
     abs_err = (c.double().cpu() - reference).abs().max().item()
-    err = torch.tensor([gm.max_rel_err(abs_err, reference.abs().max().item())], dtype=torch.float64)
+    # On the device the backend serves: nccl cannot reduce a host tensor.
+    err = torch.tensor(
+        [gm.max_rel_err(abs_err, reference.abs().max().item())], dtype=torch.float64, device=device
+    )
     dist.all_reduce(err, op=dist.ReduceOp.MAX)
     return float(err.item())
 
 
-def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
+def run(job: Any, run_dir: Path) -> dict[str, Any]:
     """Check, then time; returns this rank's times (s), error and memory (bytes)."""
     import torch.distributed as dist
 
     from distbench.ranks import dist as dist_utils
     from distbench.workloads.gemm import sharding as sh
 
-    g, w = cfg.gemm, cfg.workload
+    g, w, device = job.options, job.workload, job.device
     rank, p = dist.get_rank(), dist.get_world_size()
     dtype = torch_dtype(g.dtype)
     err = check_error(g, rank, p, dtype, device, w.seed)
@@ -133,19 +135,18 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> Measured:
+def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
     """result.json → gemm metrics (names carry units; s, TFLOP/s, GiB)."""
-    g, p = resolved["gemm"], layout.world_size
-    m, k, n, dtype = g["m"], g["k"], g["n"], g["dtype"]
-    plan_p = g["plan_world_size"] if g["mode"] == "single" else p
+    g, p = job.options, job.world_size
+    m, k, n, dtype = g.m, g.k, g.n, g.dtype
+    plan_p = g.plan_world_size if g.mode == "single" else p
     mem_bytes = min(r["device_mem_bytes"] for r in result["ranks"])
     metrics = {
         "max_rel_err": result["max_rel_err"],
         "max_rel_err_tolerance": gm.MAX_REL_ERR[dtype],
         "gemm_flops": gm.gemm_flops(m, k, n),
         "mem_single_gib": gm.mem_single_bytes(m, k, n, dtype) / GIB,
-        "mem_per_rank_gib_sharded": gm.mem_per_rank_bytes(m, k, n, plan_p, g["sharding"], dtype)
-        / GIB,
+        "mem_per_rank_gib_sharded": gm.mem_per_rank_bytes(m, k, n, plan_p, g.sharding, dtype) / GIB,
         "device_mem_gib": mem_bytes / GIB,
         "max_square_n_fits": float(gm.max_square_n(mem_bytes, dtype)),
         "fits_single_device": float(result["ranks"][0]["fits_single_device"]),
@@ -169,7 +170,7 @@ def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) ->
         peak_mem_gib=max(r["peak_mem_bytes"] for r in result["ranks"]) / GIB,
         num_timed_steps=float(len(times)),
     )
-    peak = resolved["hardware"].get(f"peak_tflops_{dtype}")
+    peak = getattr(job.hardware, f"peak_tflops_{dtype}")
     if peak:
         metrics["mfu_pct"] = mfu_pct(total / p, peak)
     series = [("gemm_time_s", t, i) for i, t in enumerate(times)]

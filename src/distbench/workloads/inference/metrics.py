@@ -17,7 +17,8 @@ attention term has no causal discount: every prefill token is charged the whole 
 Prefill computes logits for the last prompt position only (`logits_to_keep=1`, as
 transformers' generate() does), so the LM head (V·d) is charged once per prompt, not P times.
 
-    python -c "from distbench.workloads.inference.metrics import *; print(decode_flops(7e6, 4, 256, 64, 16))"
+    python -c "import distbench.workloads.inference.metrics as m
+print(m.decode_flops(7e6, 4, 256, 64, 16))"
 """
 
 from __future__ import annotations

@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distbench.compose.schema import Layout, inference_sizes
+from distbench.job import Layout
 from distbench.ranks.models import count_params
 from distbench.workloads import Measured
+from distbench.workloads.inference import inference_sizes
 from distbench.workloads.inference.metrics import inference_metrics
 
 TOP_K_LOGITS = 8  # first-step logits kept per row in result.json (for correctness checks)
@@ -150,7 +151,7 @@ def tensor_parallel(model: Any, layout: Layout, dtype: str) -> Any:
     return engine.module
 
 
-def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
+def run(job: Any, run_dir: Path) -> dict[str, Any]:
     """Warm-up + timed request batches; returns this rank's figures (s, bytes, token ids)."""
     import torch.distributed as dist
 
@@ -159,29 +160,30 @@ def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
     from distbench.ranks.models import build_model
     from distbench.workloads.timing import Progress
 
+    layout, device = job.layout, job.device
     rank = dist.get_rank()
     dp_rank, tp_rank = rank // layout.tp, rank % layout.tp
-    prompt_len, batch_size = inference_sizes(cfg.inference, cfg.batch)
-    num_new = cfg.inference.num_new_tokens
-    model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed).eval()
+    prompt_len, batch_size = inference_sizes(job.options, job.batch)
+    num_new = job.options.num_new_tokens
+    model = build_model(job.model, job.workload.dtype, job.workload.seed).eval()
     if layout.tp > 1:
-        model = tensor_parallel(model, layout, cfg.workload.dtype)
+        model = tensor_parallel(model, layout, job.workload.dtype)
     model = model.to(device)
     dist_utils.heartbeat(run_dir, rank, -1)  # model built (TP: split; may compile a DS op)
     dist_utils.synchronize(device)
     init_mem_bytes = dist_utils.current_memory_bytes(device)
     dist_utils.reset_peak_memory(device)
 
-    num_warmup, num_timed = cfg.workload.num_warmup_steps, cfg.workload.num_steps
+    num_warmup, num_timed = job.workload.num_warmup_steps, job.workload.num_steps
     progress = Progress(run_dir, rank, num_warmup + num_timed)
     prefill_s, decode_s, generated = [], [], 0
     first: dict[str, Any] = {}
     for step in range(num_warmup + num_timed):
         prompts = prompt_batch(
-            cfg.workload.seed, step, layout.dp * batch_size, prompt_len, cfg.model.vocab_size
+            job.workload.seed, step, layout.dp * batch_size, prompt_len, job.model.vocab_size
         )
         dist_utils.heartbeat(run_dir, rank, step)
-        faults.inject(cfg.fault, rank, step)
+        faults.inject(job.fault, rank, step)
         dist.barrier()
         out = greedy_decode(model, replica_rows(prompts, dp_rank, batch_size), num_new, device)
         prefill_s.append(out["prefill_s"])
@@ -231,12 +233,12 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> Measured:
-    """result.json → the inference metrics (distbench.workloads.inference.metrics; names carry units)."""
+def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
+    """result.json → the inference metrics (workloads/inference/metrics.py; names carry units)."""
     num_warmup = result["num_warmup_steps"]
-    model, hw, dtype = resolved["model"], resolved["hardware"], resolved["workload"]["dtype"]
-    prompt_len, batch_size = inference_sizes(resolved["inference"], resolved["batch"])
-    params = count_params(_Attrs(model))
+    model, hw, dtype, layout = job.model, job.hardware, job.dtype, job.layout
+    prompt_len, batch_size = inference_sizes(job.options, job.batch)
+    params = count_params(model)
     ranks = result["ranks"]
     metrics = inference_metrics(
         prefill_times_s=result["prefill_times_s"][num_warmup:],
@@ -245,17 +247,17 @@ def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) ->
         num_generated_tokens=result["num_generated_tokens"],
         peak_mem_bytes_per_rank=[r["peak_mem_bytes"] for r in ranks],
         num_matmul_params=params["matmul"],
-        lm_head_params=model["vocab_size"] * model["hidden_size"],
-        num_layers=model["num_layers"],
-        hidden=model["hidden_size"],
+        lm_head_params=model.vocab_size * model.hidden_size,
+        num_layers=model.num_layers,
+        hidden=model.hidden_size,
         prompt_len=prompt_len,
-        num_new_tokens=resolved["inference"]["num_new_tokens"],
+        num_new_tokens=job.options.num_new_tokens,
         batch_size=batch_size,
         dp=layout.dp,
         world_size=layout.world_size,
         dtype=dtype,
-        peak_tflops_per_device=hw.get(f"peak_tflops_{dtype}"),
-        price_usd_per_device_hour=hw["price_usd_per_hour"],
+        peak_tflops_per_device=getattr(hw, f"peak_tflops_{dtype}"),
+        price_usd_per_device_hour=hw.price_usd_per_hour,
     )
     metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in ranks) / 2**30
     metrics["num_params"] = float(params["total"])
@@ -264,9 +266,3 @@ def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) ->
     series = [("latency_s", t, i) for i, t in enumerate(result["latency_times_s"])]
     series += [("time_to_first_token_s", t, i) for i, t in enumerate(result["prefill_times_s"])]
     return Measured(metrics=metrics, series=series)
-
-
-class _Attrs(dict):
-    """A dict read with attributes, as count_params reads a config."""
-
-    __getattr__ = dict.__getitem__

@@ -39,4 +39,12 @@ def check(job) -> None:
     checks.no_fp16_on_cpu(job.device, job.dtype)
 
 
-SPEC = register(WorkloadSpec(name="train", module=__name__, schema=TrainWorkload, check=check))
+SPEC = register(
+    WorkloadSpec(
+        name="train",
+        module=__name__,
+        schema=TrainWorkload,
+        check=check,
+        memory_knob=lambda job: f"batch.micro_batch_size={job.batch.micro_batch_size}",
+    )
+)

@@ -1,7 +1,7 @@
 """The train workload: a model wrapped by its strategy's engine, warm-up steps, then timed steps.
 
 The engine (`strategy.engine`: deepspeed or torch, see strategies/__init__.py) is built by its
-module's `initialize(model, cfg, layout)`; the loop only calls `train_step(micro_batches)`.
+module's `initialize(model, job)`; the loop only calls `train_step(micro_batches)`.
 
 Every strategy sees the same data: step s's global batch is drawn from (seed, s) and each
 data-parallel replica takes its slice, so layouts differ only in how they compute. Each step is
@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distbench.compose.schema import Layout
 from distbench.engines import GRID_DIMS
 from distbench.figures.analytic import pred_vs_measured
 from distbench.figures.metrics import tokens_per_step, train_flops_per_token, train_metrics
@@ -42,41 +41,42 @@ def rank_micro_batches(tokens, dp_rank: int, micro_batch_size: int) -> list:
     return [tokens[g, rows].contiguous() for g in range(tokens.shape[0])]
 
 
-def run(cfg: Any, layout: Layout, run_dir: Path, device: str) -> dict[str, Any]:
+def run(job: Any, run_dir: Path) -> dict[str, Any]:
     """Warm-up + timed steps; returns this rank's figures (times in s, memory in bytes)."""
     import torch.distributed as dist
 
-    from distbench.engines import load as load_engine
+    from distbench.engines import get as get_engine
     from distbench.ranks import dist as dist_utils
     from distbench.ranks import faults
     from distbench.ranks.models import build_model
 
+    layout, device = job.layout, job.device
     rank = dist.get_rank()
-    model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed)
+    model = build_model(job.model, job.dtype, job.workload.seed)
     if device == "cuda":
         model = model.cuda()
-    wrapped = load_engine(cfg.strategy.engine).initialize(model, cfg, layout)
+    wrapped = get_engine(job.engine).initialize(model, job)
     dist_utils.heartbeat(run_dir, rank, -1)  # engine built (may take long: partitioning, ops)
     dist_utils.synchronize(device)
     init_mem_bytes = dist_utils.current_memory_bytes(device)
     dist_utils.reset_peak_memory(device)
 
-    num_warmup, num_timed = cfg.workload.num_warmup_steps, cfg.workload.num_steps
+    num_warmup, num_timed = job.workload.num_warmup_steps, job.workload.num_steps
     progress = (run_dir / "progress.jsonl").open("a") if rank == 0 else None
     step_times_s, losses = [], []
     for step in range(num_warmup + num_timed):
         tokens = global_batch(
-            cfg.workload.seed,
+            job.workload.seed,
             step,
-            cfg.batch.grad_accum_steps,
-            layout.dp * cfg.batch.micro_batch_size,
-            cfg.batch.seq_len,
-            cfg.model.vocab_size,
+            job.batch.grad_accum_steps,
+            layout.dp * job.batch.micro_batch_size,
+            job.batch.seq_len,
+            job.model.vocab_size,
         )
-        replica = faults.data_rank(cfg.fault, wrapped.dp_rank)
-        micro_batches = rank_micro_batches(tokens, replica, cfg.batch.micro_batch_size)
+        replica = faults.data_rank(job.fault, wrapped.dp_rank)
+        micro_batches = rank_micro_batches(tokens, replica, job.batch.micro_batch_size)
         dist_utils.heartbeat(run_dir, rank, step)
-        faults.inject(cfg.fault, rank, step)
+        faults.inject(job.fault, rank, step)
         dist.barrier()
         dist_utils.synchronize(device)
         start = time.perf_counter()
@@ -128,16 +128,17 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) -> Measured:
-    """result.json (raw timings, losses, memory) → the logged metrics with their units."""
+def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
+    """result.json (raw timings, losses, memory) → the logged metrics with their units; with a
+    job_dir, the first-step loss is also checked against the single-device reference."""
     num_warmup = result["num_warmup_steps"]
-    model, batch, hw = resolved["model"], resolved["batch"], resolved["hardware"]
-    params = count_params(_Attrs(model))
+    model, batch, hw, layout = job.model, job.batch, job.hardware, job.layout
+    params = count_params(model)
     flops = train_flops_per_token(
-        params["matmul"], model["num_layers"], model["hidden_size"], batch["seq_len"]
+        params["matmul"], model.num_layers, model.hidden_size, batch.seq_len
     )
     num_tokens = tokens_per_step(
-        batch["micro_batch_size"], batch["grad_accum_steps"], batch["seq_len"], layout.dp
+        batch.micro_batch_size, batch.grad_accum_steps, batch.seq_len, layout.dp
     )
     metrics = train_metrics(
         step_times_s=result["step_times_s"][num_warmup:],
@@ -146,20 +147,30 @@ def measure(resolved: dict[str, Any], layout: Layout, result: dict[str, Any]) ->
         num_tokens_per_step=num_tokens,
         flops_per_token=flops,
         world_size=layout.world_size,
-        peak_tflops_per_device=hw.get(f"peak_tflops_{resolved['workload']['dtype']}"),
-        price_usd_per_device_hour=hw["price_usd_per_hour"],
+        peak_tflops_per_device=getattr(hw, f"peak_tflops_{job.dtype}"),
+        price_usd_per_device_hour=hw.price_usd_per_hour,
     )
     metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / 2**30
     metrics["tokens_per_step"] = float(num_tokens)
     metrics["model_flops_per_token"] = flops
     metrics["num_params"] = float(params["total"])
-    metrics.update(pred_vs_measured(resolved, layout, metrics))
+    metrics.update(pred_vs_measured(job, metrics))
     series = [("step_time_s", t, i) for i, t in enumerate(result["step_times_s"])]
     series += [("loss", loss, i) for i, loss in enumerate(result["losses"])]
-    return Measured(metrics=metrics, series=series)
+    tags = check_equivalence(job, metrics, job_dir) if job_dir else {}
+    return Measured(metrics=metrics, series=series, tags=tags)
 
 
-class _Attrs(dict):
-    """A dict read with attributes, as count_params reads a config."""
+def check_equivalence(job: Any, metrics: dict[str, float], job_dir: Path) -> dict[str, str]:
+    """Compare the first-step loss with the single-device reference: adds the metrics
+    loss_first_single and loss_rel_err_vs_single, returns the tags (equivalent=...)."""
+    from distbench.figures import equivalence
 
-    __getattr__ = dict.__getitem__
+    try:
+        eq_metrics, eq_tags = equivalence.check(
+            job, metrics["loss_first"], metrics["num_params"], job_dir
+        )
+    except Exception as exc:  # the measurement stands; only the check is missing
+        return {"equivalent": "unchecked", "equivalence_note": f"reference failed: {exc}"[:500]}
+    metrics.update(eq_metrics)
+    return eq_tags
