@@ -15,15 +15,20 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
+
+
+def _store_uri(args: argparse.Namespace) -> str:
+    """The store a command reads: --tracking-uri, else $MLFLOW_TRACKING_URI, else ./mlflow.db."""
+    from distbench.compose.schema import TrackingConfig
+    from distbench.tracking.sweep import resolve_tracking_uri
+
+    return resolve_tracking_uri(TrackingConfig(uri=args.tracking_uri), Path.cwd())
 
 
 def _ui(args: argparse.Namespace) -> int:
     from distbench.tracking.mlflow_store import ensure_experiment, ui_url
-    from distbench.tracking.sweep import resolve_tracking_uri
 
-    tracking = SimpleNamespace(backend="sqlite", uri=args.tracking_uri)
-    uri = resolve_tracking_uri(tracking, Path.cwd())
+    uri = _store_uri(args)
     experiment_id = ensure_experiment(uri, args.experiment)
     print(f"MLflow UI for {uri}: {ui_url(uri, experiment_id, args.port)}", flush=True)
     if uri.startswith(("http://", "https://")):
@@ -44,9 +49,8 @@ def _ui(args: argparse.Namespace) -> int:
 
 def _sync(args: argparse.Namespace) -> int:
     from distbench.tracking.spool import sync_sweep
-    from distbench.tracking.sweep import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(SimpleNamespace(backend="sqlite", uri=args.tracking_uri), Path.cwd())
+    uri = _store_uri(args)
     counts = sync_sweep(Path(args.sweep_dir), uri)
     print(
         f"distbench sync {args.sweep_dir} → {uri}: {counts['uploaded']} uploaded, "
@@ -95,9 +99,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from distbench.tools import report
-    from distbench.tracking.sweep import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(SimpleNamespace(backend="sqlite", uri=args.tracking_uri), Path.cwd())
+    uri = _store_uri(args)
     sweep = args.sweep if args.sweep or args.experiment else "latest"
     try:
         selection = report.load_runs(uri, sweep, args.experiment or "distbench")
@@ -147,9 +150,8 @@ def _server(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from distbench.tools import compare
-    from distbench.tracking.sweep import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(SimpleNamespace(backend="sqlite", uri=args.tracking_uri), Path.cwd())
+    uri = _store_uri(args)
     try:
         metrics = compare.parse_metrics(args.metrics)
         threshold_pct = compare.check_threshold(args.threshold_pct)

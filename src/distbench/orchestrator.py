@@ -29,11 +29,11 @@ from distbench.compose.checks import tp_spans_nodes
 from distbench.compose.hardware import gpu_names, num_cpu_cores
 from distbench.compose.schema import ConfigError
 from distbench.figures.metrics import check_mfu
+from distbench.files import write_json_atomic
 from distbench.job import RAW_ENGINE, Job, baseline_on_one_device, rank_module, resolve_job
 from distbench.launch.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
 from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
-from distbench.ranks.worker import write_json_atomic
 from distbench.tracking.signature import SIGNATURE_TAG, run_signature
 from distbench.workloads import Measured, registry
 

@@ -9,31 +9,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
-import mlflow
 import pytest
 
 from tests.conftest import PROJECT_DIR
+from tests.e2e.test_sweep import run_py, runs_of
 
 pytestmark = pytest.mark.e2e
 
 
 def run_toy(args: list[str], tmp_path) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db",
-        DISTBENCH_PLUGINS="tests.e2e.toy_workload",
-        PYTHONPATH=os.pathsep.join([str(PROJECT_DIR), os.environ.get("PYTHONPATH", "")]),
-    )
-    return subprocess.run(
-        [sys.executable, str(PROJECT_DIR / "run.py"), *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    pythonpath = os.pathsep.join([str(PROJECT_DIR), os.environ.get("PYTHONPATH", "")])
+    plugin = {"DISTBENCH_PLUGINS": "tests.e2e.toy_workload", "PYTHONPATH": pythonpath}
+    return run_py(args, tmp_path, timeout_s=600, env=plugin)
 
 
 def test_a_workload_defined_outside_the_package_runs_and_is_tracked(tmp_path):
@@ -42,11 +30,7 @@ def test_a_workload_defined_outside_the_package_runs_and_is_tracked(tmp_path):
         tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    try:
-        runs = mlflow.search_runs(experiment_names=["distbench"])
-    finally:
-        mlflow.set_tracking_uri(None)
+    runs = runs_of(tmp_path)
     child = runs.dropna(subset=["tags.mlflow.parentRunId"]).iloc[0]
     assert child["status"] == "FINISHED"
     assert child["metrics.toy_sum"] == child["metrics.toy_expected_sum"] == 3 * (1 + 2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from distbench.figures.metrics import BYTES_PER_DTYPE
 from distbench.workloads.gemm import metrics as gm
 
 pytestmark = pytest.mark.unit
@@ -56,4 +57,4 @@ def test_relative_error_and_comm_fraction():
     assert gm.max_rel_err(1e-3, 10.0) == pytest.approx(1e-4)
     assert gm.max_rel_err(0.0, 0.0) == 0.0
     assert gm.comm_fraction(0.25, 1.0) == 0.25
-    assert set(gm.MAX_REL_ERR) == set(gm.BYTES_PER_ELEMENT)
+    assert set(gm.MAX_REL_ERR) == set(BYTES_PER_DTYPE)

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from distbench.compose.checks import one_of
-from distbench.compose.schema import OFFLOAD_DEVICES, ZERO_STAGES, ConfigError
-from distbench.job import Layout
+from distbench.compose.schema import OFFLOAD_DEVICES, ZERO_STAGES, ConfigError, StrategyConfig
+from distbench.job import Job, Layout
 
 # DeepSpeed's PipelineEngine refuses ZeRO-2/3: gradients must stay whole per stage.
 MAX_ZERO_STAGE_WITH_PIPELINE = 1
 
 
-def resolve_zero_stage(strategy: Any, chosen: int | None) -> int:
+def resolve_zero_stage(strategy: StrategyConfig, chosen: int | None) -> int:
     """The stage that runs: pinned by the strategy, chosen by zero_stage=, or the default."""
     pinned = strategy.zero_stage
     if pinned is not None and chosen is not None and int(chosen) != int(pinned):
@@ -36,7 +36,7 @@ def resolve_zero_stage(strategy: Any, chosen: int | None) -> int:
     return stage
 
 
-def check(job: Any) -> None:
+def check(job: Job) -> None:
     """What DeepSpeed runs: ZeRO-0/1 under a pipeline, tp or pp (not both), offload with the
     stage that shards what it offloads; the torch engine's fields are refused."""
     strategy, layout, name = job.strategy, job.layout, job.strategy.name
@@ -66,7 +66,7 @@ def check(job: Any) -> None:
         raise ConfigError(f"strategy.offload_param needs zero_stage=3, got zero_stage={stage}")
 
 
-def ds_config(job: Any) -> dict[str, Any]:
+def ds_config(job: Job) -> dict[str, Any]:
     """DeepSpeed's config dict for a job."""
     layout = job.layout
     zero = dict(job.zero_optimization or {})
@@ -137,7 +137,7 @@ def _grid_coords(engine: Any, layout: Layout) -> tuple[int, int, int]:
     return (dist.get_rank(), 0, 0)
 
 
-def initialize(model: Any, job: Any) -> DeepSpeedEngine:
+def initialize(model: Any, job: Job) -> DeepSpeedEngine:
     """Wrap `model` for the layout; returns the DeepSpeed engine and this rank's grid position."""
     import deepspeed
     import torch

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from distbench.compose.checks import one_of
-from distbench.compose.schema import PP_SCHEDULES, TORCH_DATA_PARALLEL, ConfigError
+from distbench.compose.schema import PP_SCHEDULES, TORCH_DATA_PARALLEL, ConfigError, StrategyConfig
 from distbench.engines import GRID_DIMS
+from distbench.job import Job
 
 
-def resolve_zero_stage(strategy: Any, chosen: int | None) -> None:
+def resolve_zero_stage(strategy: StrategyConfig, chosen: int | None) -> None:
     """None: ZeRO is DeepSpeed's; a stage given to a torch strategy is refused."""
     stage = next(
         (s for s in (chosen, strategy.zero_stage) if s is not None),
@@ -49,7 +50,7 @@ def resolve_zero_stage(strategy: Any, chosen: int | None) -> None:
     return None
 
 
-def check(job: Any) -> None:
+def check(job: Job) -> None:
     """What the torch engine runs: no offload, TP of Llama only (whole MLP splits), untied
     embeddings under pp, and 1F1B with at least pp micro-batches."""
     strategy, model, name = job.strategy, job.model, job.strategy.name
@@ -210,7 +211,7 @@ class TorchEngine:
         )
 
 
-def initialize(model: Any, job: Any) -> TorchEngine:
+def initialize(model: Any, job: Job) -> TorchEngine:
     """Wrap `model` for the layout (module docstring: split → TP → data parallel → AdamW)."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -247,7 +248,7 @@ def initialize(model: Any, job: Any) -> TorchEngine:
     return engine
 
 
-def _pipeline_schedule(module: Any, job: Any, stage: int, pp: int, pp_mesh: Any, device: str):
+def _pipeline_schedule(module: Any, job: Job, stage: int, pp: int, pp_mesh: Any, device: str):
     import torch
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 GIB = 2**30
+# Bytes of one element per dtype name (the one table every formula uses).
+BYTES_PER_DTYPE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -14,9 +14,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from distbench.compose.schema import ConfigError
+from distbench.job import Job
 from distbench.launch.workers import (
     MASTER_ADDR,
     first_node_of_allocation,
@@ -83,7 +83,7 @@ class LaunchPlan:
         }
 
 
-def plan_launch(job: Any, job_dir: Path, env: Mapping[str, str] = os.environ) -> LaunchPlan:
+def plan_launch(job: Job, job_dir: Path, env: Mapping[str, str] = os.environ) -> LaunchPlan:
     """The rank-starting command for a job (raises ConfigError as above)."""
     num_nodes, per_node = job.topology.num_nodes, job.topology.ranks_per_node
     launcher = resolve_rank_launcher(job.topology.rank_launcher, num_nodes, env)

@@ -19,7 +19,8 @@ from typing import Any
 
 import psutil
 
-GIB = 2**30
+from distbench.figures.metrics import GIB
+
 # Frames that mean "waiting for the other ranks", not "stuck on its own".
 COLLECTIVE_FRAMES = (
     "distributed_c10d.py",

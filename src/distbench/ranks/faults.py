@@ -10,19 +10,20 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
+
+from distbench.compose.schema import FaultConfig
 
 STALL_S = 3600.0
 ALLOC_HOLD_S = 60.0
 
 
-def data_rank(fault: Any, dp_rank: int) -> int:
+def data_rank(fault: FaultConfig, dp_rank: int) -> int:
     """The replica whose rows this rank trains on: its own, or replica 0's under the
     `wrong_split` fault (the classic bug of every rank reading the same shard)."""
     return 0 if fault.kind == "wrong_split" else dp_rank
 
 
-def inject(fault: Any, rank: int, step: int) -> None:
+def inject(fault: FaultConfig, rank: int, step: int) -> None:
     """Trigger `fault` if this is its rank and step; otherwise do nothing."""
     if fault.kind in ("none", "wrong_split") or rank != fault.rank or step != fault.at_step:
         return

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from distbench.compose.schema import ModelConfig
+
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def count_params(model_cfg: Any) -> dict[str, int]:
+def count_params(model_cfg: ModelConfig) -> dict[str, int]:
     """Parameter counts of the architecture: `total`, `embedding` (input token + position
     tables) and `matmul` (what multiplies activations: total minus the input lookups, the LM
     head included; a tied LM head shares the embedding table and counts once, as a matmul)."""
@@ -42,7 +44,7 @@ def count_params(model_cfg: Any) -> dict[str, int]:
     }
 
 
-def hf_config(model_cfg: Any) -> Any:
+def hf_config(model_cfg: ModelConfig) -> Any:
     """The transformers config object for a distbench model config."""
     from transformers import GPT2Config, LlamaConfig
 
@@ -74,7 +76,7 @@ def hf_config(model_cfg: Any) -> Any:
     raise ValueError(f"model.family={model_cfg.family!r}; choose llama or gpt2")
 
 
-def build_model(model_cfg: Any, dtype: str, seed: int) -> Any:
+def build_model(model_cfg: ModelConfig, dtype: str, seed: int) -> Any:
     """A causal LM in `dtype`: random weights from `seed`, or the weights at pretrained_path
     (local files only: nothing is downloaded)."""
     import torch

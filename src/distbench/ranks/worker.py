@@ -10,21 +10,14 @@ to classify, then exits non-zero.
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import signal
 import socket
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON so a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+from distbench.files import write_json_atomic
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from distbench.compose.schema import TrackingConfig
 from distbench.tracking.mlflow_store import client, ensure_experiment, retry, ui_url
 from distbench.tracking.spool import SWEEP_DIR_TAG
 
@@ -31,7 +32,7 @@ NUM_JOBS_ENV = "DISTBENCH_NUM_JOBS"
 VERSIONED_PACKAGES = ("torch", "deepspeed", "transformers", "mlflow", "hydra-core")
 
 
-def resolve_tracking_uri(tracking: Any, launch_dir: Path) -> str | None:
+def resolve_tracking_uri(tracking: TrackingConfig, launch_dir: Path) -> str | None:
     """Where runs go: None for tracking=none; the configured uri; else $MLFLOW_TRACKING_URI as
     every MLflow tool honours it; else the embedded sqlite:///<launch dir>/mlflow.db."""
     if tracking.backend == "none":

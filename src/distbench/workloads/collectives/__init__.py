@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from distbench.compose.checks import one_of, positive
 from distbench.compose.schema import DTYPES, ConfigError, WorkloadConfig
+from distbench.job import Job
 from distbench.workloads import WorkloadSpec, register
 from distbench.workloads.collectives.metrics import COLLECTIVES
 
@@ -40,7 +41,7 @@ class CollectivesConfig:
     emulate: list[str] = field(default_factory=list)
 
 
-def check(job) -> None:
+def check(job: Job) -> None:
     c = job.options
     for op in c.ops:
         one_of("collectives.ops", op, COLLECTIVES)

@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from distbench.figures.metrics import percentile
+from distbench.figures.metrics import BYTES_PER_DTYPE, percentile
+from distbench.job import Job
 from distbench.workloads import Measured
 from distbench.workloads.collectives import metrics as cm
 from distbench.workloads.collectives.report import plot_busbw, write_csv
-from distbench.workloads.gemm.metrics import BYTES_PER_ELEMENT
 from distbench.workloads.timing import Progress, slowest_per_iteration, time_iterations, torch_dtype
 
 CSV_NAME = "collectives.csv"
@@ -34,7 +34,7 @@ def _ops_to_run(ops: list[str], n: int) -> tuple[list[str], dict[str, str]]:
     return [op for op in ops if op not in skipped], skipped
 
 
-def run(job: Any, run_dir: Path) -> dict[str, Any]:
+def run(job: Job, run_dir: Path) -> dict[str, Any]:
     """Check and time every (collective, size); returns this rank's times in s."""
     import torch.distributed as dist
 
@@ -42,7 +42,7 @@ def run(job: Any, run_dir: Path) -> dict[str, Any]:
 
     c, w, device = job.options, job.workload, job.device
     rank, n = dist.get_rank(), dist.get_world_size()
-    dtype, element_bytes = torch_dtype(c.dtype), BYTES_PER_ELEMENT[c.dtype]
+    dtype, element_bytes = torch_dtype(c.dtype), BYTES_PER_DTYPE[c.dtype]
     sizes = cm.message_sizes(c.min_bytes, c.max_bytes or cm.default_max_bytes(device), c.factor)
     ops, skipped = _ops_to_run(list(c.ops), n)
     emulated = {
@@ -153,7 +153,7 @@ def summary_metrics(rows: list[dict[str, Any]], emulated: dict[str, str]) -> dic
     return metrics
 
 
-def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
+def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
     """result.json → per-collective summary metrics, series stepped by message size in bytes,
     and the CSV table and busbw plot in the job dir."""
     rows = table_rows(result, job.world_size)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from distbench.compose.checks import one_of, positive
 from distbench.compose.schema import DTYPES, ConfigError, WorkloadConfig
+from distbench.job import Job
 from distbench.workloads import WorkloadSpec, register
 from distbench.workloads.gemm.metrics import SHARDINGS
 
@@ -42,7 +43,7 @@ class GemmConfig:
     mem_cap_gib: float | None = None  # caps the device memory mode=single plans with
 
 
-def check(job) -> None:
+def check(job: Job) -> None:
     g, ws = job.options, job.world_size
     one_of("gemm.mode", g.mode, GEMM_MODES)
     one_of("gemm.sharding", g.sharding, SHARDINGS)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 
+from distbench.figures.metrics import BYTES_PER_DTYPE
+
 SHARDINGS = ("rows", "cols", "k")
-BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
 # max|C - C_ref| / max|C_ref| allowed against a float64 reference: a few hundred units of
 # round-off of the dtype (unit round-off 2**-24 fp32, 2**-11 fp16, 2**-8 bf16) for a k-long
 # dot product whose partial sums ranks add in another order.
@@ -57,18 +58,18 @@ def elements_per_rank(m: int, k: int, n: int, p: int, sharding: str) -> int:
 
 def mem_per_rank_bytes(m: int, k: int, n: int, p: int, sharding: str, dtype: str) -> int:
     """Bytes of A, B and C shards one rank holds (elements_per_rank × bytes per element)."""
-    return elements_per_rank(m, k, n, p, sharding) * BYTES_PER_ELEMENT[dtype]
+    return elements_per_rank(m, k, n, p, sharding) * BYTES_PER_DTYPE[dtype]
 
 
 def mem_single_bytes(m: int, k: int, n: int, dtype: str) -> int:
     """Bytes of A, B and C on one device: (m·k + k·n + m·n) × bytes per element."""
-    return (m * k + k * n + m * n) * BYTES_PER_ELEMENT[dtype]
+    return (m * k + k * n + m * n) * BYTES_PER_DTYPE[dtype]
 
 
 def max_square_n(mem_bytes: float, dtype: str) -> int:
     """The largest N whose square GEMM (A, B, C all N×N) fits in mem_bytes: 3·N²·b ≤ mem.
     Pure arithmetic, no allocator overhead or workspace counted."""
-    return math.isqrt(int(mem_bytes // (3 * BYTES_PER_ELEMENT[dtype])))
+    return math.isqrt(int(mem_bytes // (3 * BYTES_PER_DTYPE[dtype])))
 
 
 def check_shape(m: int, k: int, n: int, p: int, sharding: str, max_dim: int) -> dict[str, int]:

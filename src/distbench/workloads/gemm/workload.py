@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from distbench.figures.metrics import GIB, mfu_pct, percentile
+from distbench.job import Job
 from distbench.workloads import Measured
+from distbench.workloads.gemm import GemmConfig
 from distbench.workloads.gemm import metrics as gm
 from distbench.workloads.timing import Progress, slowest_per_iteration, torch_dtype
 
@@ -36,7 +38,7 @@ def available_mem_bytes(device: str, cap_gib: float | None) -> int:
     return min(mem, int(cap_gib * GIB)) if cap_gib else mem
 
 
-def check_error(g: Any, rank: int, p: int, dtype, device: str, seed: int) -> float:
+def check_error(g: GemmConfig, rank: int, p: int, dtype, device: str, seed: int) -> float:
     """max_rel_err of the sharded (or single) GEMM on the check problem, max over ranks."""
     import torch
     import torch.distributed as dist
@@ -65,7 +67,7 @@ def check_error(g: Any, rank: int, p: int, dtype, device: str, seed: int) -> flo
     return float(err.item())
 
 
-def run(job: Any, run_dir: Path) -> dict[str, Any]:
+def run(job: Job, run_dir: Path) -> dict[str, Any]:
     """Check, then time; returns this rank's times (s), error and memory (bytes)."""
     import torch.distributed as dist
 
@@ -135,7 +137,7 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
+def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
     """result.json → gemm metrics (names carry units; s, TFLOP/s, GiB)."""
     g, p = job.options, job.world_size
     m, k, n, dtype = g.m, g.k, g.n, g.dtype

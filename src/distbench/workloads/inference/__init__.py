@@ -11,11 +11,11 @@ DeepSpeed AutoTP (init_inference) over strategy.tp ranks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from distbench.compose import checks
 from distbench.compose.checks import one_of, positive
-from distbench.compose.schema import ConfigError, WorkloadConfig
+from distbench.compose.schema import BatchConfig, ConfigError, WorkloadConfig
+from distbench.job import Job
 from distbench.workloads import WorkloadSpec, register
 
 DECODINGS = ("greedy",)
@@ -41,7 +41,7 @@ class InferenceConfig:
     decoding: str = "greedy"  # argmax, no sampling (deterministic across layouts)
 
 
-def inference_sizes(inference: Any, batch: Any) -> tuple[int, int]:
+def inference_sizes(inference: InferenceConfig, batch: BatchConfig) -> tuple[int, int]:
     """(prompt_len, batch_size per replica): inference.prompt_len and inference.batch_size, or
     batch.seq_len and batch.micro_batch_size where those are null."""
     prompt_len, batch_size = inference.prompt_len, inference.batch_size
@@ -51,7 +51,7 @@ def inference_sizes(inference: Any, batch: Any) -> tuple[int, int]:
     )
 
 
-def check(job) -> None:
+def check(job: Job) -> None:
     """Whole-weight data-parallel replicas (dp, ddp, zero1/2: their training state does not
     exist at inference) or DeepSpeed AutoTP (strategy.tp > 1); no pipeline, nothing that shards
     or moves the weights across replicas."""

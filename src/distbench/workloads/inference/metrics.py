@@ -27,9 +27,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from distbench.figures.metrics import GIB, mfu_pct, percentile
-
-BYTES_PER_PARAM = {"fp32": 4, "bf16": 2, "fp16": 2}
+from distbench.figures.metrics import (
+    BYTES_PER_DTYPE,
+    GIB,
+    cost_usd_per_1m_tokens,
+    mfu_pct,
+    percentile,
+)
 
 
 def prefill_flops(
@@ -83,14 +87,6 @@ def tokens_per_s(num_tokens: float, seconds: float) -> float:
     return num_tokens / seconds
 
 
-def cost_usd_per_1m_tokens(
-    world_size: int, price_usd_per_device_hour: float, seconds: float, num_tokens: float
-) -> float:
-    """Dollars per million tokens: world_size × price per device-hour × seconds / 3600 / tokens
-    × 1e6 (the course lab's "cost per 1M tokens", generated tokens in the denominator)."""
-    return world_size * price_usd_per_device_hour * seconds / 3600.0 / num_tokens * 1e6
-
-
 def inference_metrics(
     *,
     prefill_times_s: Sequence[float],
@@ -142,7 +138,7 @@ def inference_metrics(
             prompt_len,
             num_new_tokens,
             batch_size,
-            BYTES_PER_PARAM[dtype],
+            BYTES_PER_DTYPE[dtype],
         ),
         "cost_usd_per_1m_tokens": cost_usd_per_1m_tokens(
             world_size, price_usd_per_device_hour, total_s, num_generated_tokens

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from distbench.job import Layout
+from distbench.figures.metrics import GIB
+from distbench.job import Job, Layout
 from distbench.ranks.models import count_params
 from distbench.workloads import Measured
 from distbench.workloads.inference import inference_sizes
@@ -151,7 +152,7 @@ def tensor_parallel(model: Any, layout: Layout, dtype: str) -> Any:
     return engine.module
 
 
-def run(job: Any, run_dir: Path) -> dict[str, Any]:
+def run(job: Job, run_dir: Path) -> dict[str, Any]:
     """Warm-up + timed request batches; returns this rank's figures (s, bytes, token ids)."""
     import torch.distributed as dist
 
@@ -233,7 +234,7 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
+def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
     """result.json → the inference metrics (workloads/inference/metrics.py; names carry units)."""
     num_warmup = result["num_warmup_steps"]
     model, hw, dtype, layout = job.model, job.hardware, job.dtype, job.layout
@@ -259,7 +260,7 @@ def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Me
         peak_tflops_per_device=getattr(hw, f"peak_tflops_{dtype}"),
         price_usd_per_device_hour=hw.price_usd_per_hour,
     )
-    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in ranks) / 2**30
+    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in ranks) / GIB
     metrics["num_params"] = float(params["total"])
     metrics["batch_size_per_replica"] = float(batch_size)
     metrics["prompt_len"] = float(prompt_len)

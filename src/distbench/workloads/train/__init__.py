@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from distbench.compose import checks
 from distbench.compose.checks import positive
 from distbench.compose.schema import ConfigError, WorkloadConfig
+from distbench.job import Job
 from distbench.workloads import WorkloadSpec, register
 
 
@@ -24,7 +25,7 @@ class TrainWorkload(WorkloadConfig):
     dtype: str = "fp32"
 
 
-def check(job) -> None:
+def check(job: Job) -> None:
     """The model splits over the layout; the batch fits the model's positions."""
     model, batch, layout = job.model, job.batch, job.layout
     checks.model_shape(model, layout.tp, layout.pp)

@@ -20,7 +20,8 @@ from typing import Any
 
 from distbench.engines import GRID_DIMS
 from distbench.figures.analytic import pred_vs_measured
-from distbench.figures.metrics import tokens_per_step, train_flops_per_token, train_metrics
+from distbench.figures.metrics import GIB, tokens_per_step, train_flops_per_token, train_metrics
+from distbench.job import Job
 from distbench.ranks.models import count_params
 from distbench.workloads import Measured
 
@@ -41,7 +42,7 @@ def rank_micro_batches(tokens, dp_rank: int, micro_batch_size: int) -> list:
     return [tokens[g, rows].contiguous() for g in range(tokens.shape[0])]
 
 
-def run(job: Any, run_dir: Path) -> dict[str, Any]:
+def run(job: Job, run_dir: Path) -> dict[str, Any]:
     """Warm-up + timed steps; returns this rank's figures (times in s, memory in bytes)."""
     import torch.distributed as dist
 
@@ -128,7 +129,7 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
+def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
     """result.json (raw timings, losses, memory) → the logged metrics with their units; with a
     job_dir, the first-step loss is also checked against the single-device reference."""
     num_warmup = result["num_warmup_steps"]
@@ -150,7 +151,7 @@ def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Me
         peak_tflops_per_device=getattr(hw, f"peak_tflops_{job.dtype}"),
         price_usd_per_device_hour=hw.price_usd_per_hour,
     )
-    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / 2**30
+    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / GIB
     metrics["tokens_per_step"] = float(num_tokens)
     metrics["model_flops_per_token"] = flops
     metrics["num_params"] = float(params["total"])
@@ -161,7 +162,7 @@ def measure(job: Any, result: dict[str, Any], job_dir: Path | None = None) -> Me
     return Measured(metrics=metrics, series=series, tags=tags)
 
 
-def check_equivalence(job: Any, metrics: dict[str, float], job_dir: Path) -> dict[str, str]:
+def check_equivalence(job: Job, metrics: dict[str, float], job_dir: Path) -> dict[str, str]:
     """Compare the first-step loss with the single-device reference: adds the metrics
     loss_first_single and loss_rel_err_vs_single, returns the tags (equivalent=...)."""
     from distbench.figures import equivalence
