@@ -26,20 +26,22 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from distbench.compose.schema import ConfigError
-    from distbench.job import resolve_job
-    from distbench.orchestrator import run_job
+    from distbench.orchestrator import JobCancelled, install_sigterm_handler, precheck, run_job
     from distbench.tools.summary import print_summary
 
     single_run = HydraConfig.get().mode == RunMode.RUN
     if single_run:
-        try:
-            resolve_job(cfg, PROJECT_DIR / "conf")
-        except ConfigError as exc:  # refuse before anything starts: one line, no traceback
-            print(f"distbench: invalid config: {exc}", file=sys.stderr)
+        refusal = precheck(cfg, PROJECT_DIR / "conf")
+        if refusal:  # refuse before anything starts: one line, no traceback
+            print(f"distbench: invalid config: {refusal}", file=sys.stderr)
             sys.exit(2)
+    install_sigterm_handler()
     job_dir = Path(HydraConfig.get().runtime.output_dir)
-    outcome = run_job(cfg, job_dir, PROJECT_DIR / "conf", PROJECT_DIR)
+    try:
+        outcome = run_job(cfg, job_dir, PROJECT_DIR / "conf", PROJECT_DIR)
+    except (KeyboardInterrupt, JobCancelled) as exc:  # recorded as cancelled: stop, no traceback
+        print(f"distbench: stopped ({exc or 'Ctrl-C'}); the sweep's parent run is closed")
+        sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
     if single_run:
         print_summary([outcome], title=f"distbench run {job_dir}")
         if outcome["status"] == "FAILED":

@@ -244,7 +244,7 @@ def _typed(kind: type, values: Any) -> Any:
 
 def _node(cfg: DictConfig, key: str, kind: type) -> Any:
     """cfg[key] (resolved) as its schema dataclass."""
-    return _typed(kind, OmegaConf.to_container(cfg[key], resolve=True))
+    return _typed(kind, OmegaConf.to_container(cfg[key], resolve=True, throw_on_missing=True))
 
 
 def baseline_on_one_device(cfg: DictConfig) -> tuple[DictConfig, int | None]:

@@ -17,13 +17,17 @@ job ends with an outcome (outcome.json in its dir, and an MLflow run when tracki
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from distbench.compose.checks import tp_spans_nodes
 from distbench.compose.hardware import gpu_names, num_cpu_cores
@@ -38,6 +42,28 @@ from distbench.tracking.signature import SIGNATURE_TAG, run_signature
 from distbench.workloads import Measured, registry
 
 SCHEDULER_STATE_WAIT_S = 5.0
+# Ranks per CPU core beyond which a CPU job is refused (one rank = one core; tests time-share
+# up to 4 ranks a core, more only thrashes or exhausts memory).
+MAX_RANKS_PER_CPU_CORE = 4
+
+
+class JobCancelled(BaseException):
+    """SIGTERM reached the orchestrator (scancel, kill, a CI timeout). A BaseException, like
+    KeyboardInterrupt, so that nothing on the way swallows it: the job is recorded as
+    `cancelled`, then the sweep stops and its parent run is closed."""
+
+
+def raise_on_sigterm(signum: int, frame: Any) -> None:
+    raise JobCancelled(f"signal {signal.Signals(signum).name}")
+
+
+def install_sigterm_handler() -> None:
+    """SIGTERM → JobCancelled in the main thread (Python's default would exit without running
+    atexit, leaving the sweep's parent RUNNING)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, raise_on_sigterm)
+
+
 # The tags that name every run (describe / describe_refused), public: users group runs by them.
 NAME_TAGS = (
     "strategy",
@@ -101,26 +127,43 @@ def describe(job: Job) -> dict[str, str]:
 def describe_refused(cfg: DictConfig) -> dict[str, str]:
     """The same tags for a config that did not resolve, from what was asked (`invalid` where
     it cannot be told)."""
-    spec = registry().get(cfg.workload.name)
+
+    def value(path: str) -> str:
+        with contextlib.suppress(Exception):  # a missing or unresolvable value names nothing
+            found = OmegaConf.select(cfg, path, throw_on_missing=True)
+            if found is not None:
+                return str(found)
+        return "invalid"
+
+    workload = value("workload.name")
+    spec = registry().get(workload)
     raw = spec is not None and not spec.builds_model
     return {
-        "strategy": cfg.workload.name if raw else str(cfg.strategy.name),
-        "engine": RAW_ENGINE if raw else str(cfg.strategy.engine),
-        "world_size": str(cfg.world_size),
+        "strategy": workload if raw else value("strategy.name"),
+        "engine": RAW_ENGINE if raw else value("strategy.engine"),
+        "world_size": value("world_size"),
         "zero_stage": "none" if raw else "invalid",
-        "model": "none" if raw else str(cfg.model.name),
-        "batch": "none" if raw else str(cfg.batch.name),
-        "workload": str(cfg.workload.name),
-        "dtype": str(cfg.workload.get("dtype", "invalid")),
-        "hardware": str(cfg.hardware.name),
-        "num_nodes": str(cfg.num_nodes or "invalid"),
+        "model": "none" if raw else value("model.name"),
+        "batch": "none" if raw else value("batch.name"),
+        "workload": workload,
+        "dtype": value("workload.dtype"),
+        "hardware": value("hardware.name"),
+        "num_nodes": value("num_nodes"),
         "ranks_per_node": "invalid",
     }
 
 
 def device_shortfall(device: str, nproc_per_node: int) -> str | None:
-    """Why this node cannot host the ranks (more CUDA ranks than visible GPUs), or None."""
+    """Why this node cannot host the ranks, or None: more CUDA ranks than visible GPUs, or more
+    CPU ranks than MAX_RANKS_PER_CPU_CORE per core."""
     if device != "cuda":
+        cores = num_cpu_cores()
+        if nproc_per_node > MAX_RANKS_PER_CPU_CORE * cores:
+            return (
+                f"{nproc_per_node} ranks on this machine's {cores} CPU core(s): at most "
+                f"{MAX_RANKS_PER_CPU_CORE * cores} ({MAX_RANKS_PER_CPU_CORE} per core); lower "
+                "world_size or use more nodes"
+            )
         return None
     num_gpus = len(gpu_names())
     if nproc_per_node > num_gpus:
@@ -218,6 +261,30 @@ def resolve(cfg: DictConfig, conf_dir: Path) -> tuple[Job | None, str | None]:
         return resolve_job(cfg, conf_dir), None
     except ConfigError as exc:
         return None, str(exc)
+    except OmegaConfBaseException as exc:  # a schema node chosen, an unresolvable ${...}
+        return None, config_error_line(exc)
+
+
+def precheck(cfg: DictConfig, conf_dir: Path) -> str | None:
+    """Why a single run cannot start, before anything is launched (run.py exits 2 with it):
+    the config's refusal, or ranks this machine cannot host."""
+    job, refusal = resolve(cfg, conf_dir)
+    if job is None:
+        return refusal
+    local = job.topology.rank_launcher == "local_nodes"
+    return device_shortfall(job.device, job.world_size if local else job.topology.ranks_per_node)
+
+
+def config_error_line(exc: OmegaConfBaseException) -> str:
+    """One line for an error OmegaConf raised while the config was read: its message's first
+    line and the key it names."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    key = getattr(exc, "full_key", None)
+    if key and key not in message:
+        message = f"{key}: {message}"
+    if "Missing mandatory value" in message:
+        message += " (a schema such as strategy=base_strategy is not an option; pick a file)"
+    return message
 
 
 def new_outcome(
@@ -226,7 +293,7 @@ def new_outcome(
     """A job's outcome before it runs (what names it, its signature) and its tags."""
     job_dir.mkdir(parents=True, exist_ok=True)
     tags = describe(job) if job else describe_refused(baseline_on_one_device(cfg)[0])
-    tree = job.tree() if job else OmegaConf.to_container(cfg, resolve=False)
+    tree = job.tree() if job else _composed_tree(cfg)
     outcome: dict[str, Any] = {
         "job": label,
         "micro_batch_size": job.batch.micro_batch_size if job and job.batch else None,
@@ -238,6 +305,11 @@ def new_outcome(
     if job and job.world_size_requested:
         outcome["world_size_requested"] = job.world_size_requested
     return outcome, tags
+
+
+def _composed_tree(cfg: DictConfig) -> dict[str, Any]:
+    """What was composed, unresolved (a config that did not resolve is recorded as asked)."""
+    return OmegaConf.to_container(cfg, resolve=False)
 
 
 def record_failure(
@@ -260,10 +332,54 @@ def record_failure(
 
 
 def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
-    """Run one job end to end and return its outcome (also written to job_dir/outcome.json)."""
+    """Run one job end to end and return its outcome (also written to job_dir/outcome.json).
+    Whatever raises inside is recorded (failure_kind=orchestrator_error), never raised; a
+    SIGTERM or Ctrl-C is recorded as `cancelled` and then raised, to stop the sweep."""
     started = time.monotonic()
     num, total = job_position()
     label = f"job {num}/{total or '?'}" if num else "job"
+    try:
+        return _run_job(cfg, job_dir, conf_dir, project_dir, label, started)
+    except (KeyboardInterrupt, JobCancelled) as exc:
+        why = "Ctrl-C (SIGINT)" if isinstance(exc, KeyboardInterrupt) else str(exc)
+        _record_unexpected(cfg, job_dir, project_dir, label, started, "cancelled", why)
+        raise
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+        recorded = _record_unexpected(
+            cfg, job_dir, project_dir, label, started, "orchestrator_error", reason
+        )
+        return recorded or {"status": "FAILED", "failure_kind": "orchestrator_error", "job": label}
+
+
+def _record_unexpected(
+    cfg: DictConfig,
+    job_dir: Path,
+    project_dir: Path,
+    label: str,
+    started: float,
+    kind: str,
+    reason: str,
+) -> dict[str, Any] | None:
+    """Record a job that an exception or a signal ended: a FAILED run with `kind` and the
+    reason, as far as the job dir and the store allow (each step may fail in turn)."""
+    print(f"distbench: {label} failed ({kind}): {reason}", flush=True)
+    try:
+        job, _ = resolve(cfg, project_dir / "conf")
+    except Exception:
+        job = None
+    try:
+        outcome, _ = new_outcome(cfg, job, job_dir, label)
+        outcome.update(status="FAILED", failure_kind=kind, failure_reason=reason[:2000])
+        return _finish(cfg, job, outcome, Measured(metrics={}), job_dir, project_dir, started)
+    except Exception as exc:  # a read-only job dir, a store gone: say so, keep the sweep going
+        print(f"distbench: {label}: could not record the failure ({type(exc).__name__}: {exc})")
+        return None
+
+
+def _run_job(
+    cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path, label: str, started: float
+) -> dict[str, Any]:
 
     # 1-2. resolve (or the refusal), then the resume decision on the job's signature
     job, refusal = resolve(cfg, conf_dir)
@@ -346,17 +462,18 @@ def _launch(job: Job, launch: Any, job_dir: Path, tags: dict[str, str], label: s
     env = worker_env(job.device, launch.ranks_per_node, num_cpu_cores(), launch.ranks_here)
     watchdog = Watchdog(job_dir, job.world_size, job.limits)
     total_steps = job.workload.num_warmup_steps + job.workload.num_steps
-    with JobProgress(title, total_steps, job_dir / "progress.jsonl") as progress:
-        launched = run_workers(
-            job_dir,
-            launch.cmd,
-            env,
-            job.limits.timeout_s,
-            on_poll=progress.update,
-            watchdog=watchdog.check,
-        )
-    remove_shm_leftovers(launch.port)
-    return launched
+    try:
+        with JobProgress(title, total_steps, job_dir / "progress.jsonl") as progress:
+            return run_workers(
+                job_dir,
+                launch.cmd,
+                env,
+                job.limits.timeout_s,
+                on_poll=progress.update,
+                watchdog=watchdog.check,
+            )
+    finally:  # also when cancelled: run_workers has killed the group by then
+        remove_shm_leftovers(launch.port)
 
 
 def _result_tags(
@@ -426,7 +543,7 @@ def _finish(
         return outcome
     # The params: the job's tree (only the active workload's node), or for a config that did
     # not resolve, what was composed.
-    config_tree = mask_tree(job.tree() if job else OmegaConf.to_container(cfg, resolve=False))
+    config_tree = mask_tree(job.tree() if job else _composed_tree(cfg))
     tags = {k: str(outcome[k]) for k in NAME_TAGS if k in outcome}
     tags.update(software_tags(project_dir))
     tags.update(detect_tags())

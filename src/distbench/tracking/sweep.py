@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose.schema import TrackingConfig
 from distbench.tracking.mlflow_store import client, ensure_experiment, retry, ui_url
@@ -115,9 +115,9 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         require_writable(Path(config.hydra.sweep.dir))
         hydra_cfg = config.hydra  # HydraConfig.get() is not set yet in the launching process
-        num_jobs = count_sweep_jobs(
-            list(hydra_cfg.overrides.task), dict(hydra_cfg.sweeper.get("params") or {})
-        )
+        # As typed: an override may hold ${...} that only a job resolves (or fails to).
+        overrides = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
+        num_jobs = count_sweep_jobs(overrides, dict(hydra_cfg.sweeper.get("params") or {}))
         if num_jobs:
             os.environ[NUM_JOBS_ENV] = str(num_jobs)
         uri = resolve_tracking_uri(config.tracking, Path.cwd())
@@ -129,7 +129,7 @@ class SweepCallback(Callback):
             tags = {
                 SWEEP_DIR_TAG: sweep_dir,
                 "num_jobs": str(num_jobs),
-                "overrides": " ".join(hydra_cfg.overrides.task),
+                "overrides": " ".join(overrides),
             }
             tags.update(software_tags(Path.cwd()))
             mlflow = client(uri)

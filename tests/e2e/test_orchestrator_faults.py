@@ -1,0 +1,99 @@
+"""The orchestrator itself under faults: whatever raises inside a job (a schema node chosen as
+an option, an unresolvable ${oc.env:...} override) becomes a FAILED child with its reason and
+the sweep goes on to its summary; SIGTERM to the sweep records the running job as `cancelled`,
+kills its ranks and closes the parent run; a CPU world size this machine cannot host is refused
+in one line before anything starts.
+
+    pytest tests/e2e/test_orchestrator_faults.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import PROJECT_DIR
+from tests.e2e.test_faults import processes_mentioning
+from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
+
+pytestmark = pytest.mark.e2e
+
+
+def test_exceptions_in_the_orchestrator_become_failed_runs_and_the_sweep_finishes(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = run_py(
+        [
+            "-m",
+            "strategy=base_strategy,dp",
+            "+unresolvable=${oc.env:DISTBENCH_NO_SUCH_VARIABLE}",
+            *FEW_STEPS,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "distbench sweep" in proc.stdout  # the summary printed: on_multirun_end ran
+    runs = runs_of(tmp_path)
+    parent = runs[runs["tags.mlflow.parentRunId"].isna()].iloc[0]
+    assert parent["status"] == "FINISHED"
+    children = runs.dropna(subset=["tags.mlflow.parentRunId"])
+    assert len(children) == 2
+    assert set(children["status"]) == {"FAILED"}
+    assert set(children["tags.failure_kind"]) == {"invalid_config"}
+    reasons = " ".join(children["tags.failure_reason"])
+    assert "Missing mandatory value" in reasons and "DISTBENCH_NO_SUCH_VARIABLE" in reasons
+
+
+def test_sigterm_records_the_running_job_as_cancelled_and_closes_the_parent(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    args = ["-m", "world_size=2", "fault.kind=stall", "fault.rank=1", "fault.at_step=1"]
+    sweep = subprocess.Popen(
+        [
+            sys.executable,
+            str(PROJECT_DIR / "run.py"),
+            *args,
+            *FEW_STEPS,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    beats = sweep_dir / "0" / "heartbeat"
+    deadline = time.monotonic() + 300
+    while not (beats.is_dir() and len(list(beats.glob("rank*"))) == 2):
+        assert time.monotonic() < deadline, "the ranks never started"
+        assert sweep.poll() is None, sweep.communicate()[0][-3000:]
+        time.sleep(1)  # the ranks are up once both beat
+    time.sleep(3)
+    sweep.send_signal(signal.SIGTERM)
+    output, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == 143, output[-3000:]
+    assert "Traceback" not in output
+    outcome = json.loads((sweep_dir / "0" / "outcome.json").read_text())
+    assert (outcome["status"], outcome["failure_kind"]) == ("FAILED", "cancelled")
+    runs = runs_of(tmp_path)
+    parent = runs[runs["tags.mlflow.parentRunId"].isna()].iloc[0]
+    assert parent["status"] == "KILLED"  # closed, not RUNNING forever
+    child = runs.dropna(subset=["tags.mlflow.parentRunId"]).iloc[0]
+    assert (child["status"], child["tags.failure_kind"]) == ("FAILED", "cancelled")
+    time.sleep(2)
+    assert not processes_mentioning(str(sweep_dir)), "a rank outlived the cancelled job"
+
+
+def test_more_cpu_ranks_than_this_machine_can_host_are_refused_in_one_line(tmp_path):
+    proc = run_py(["world_size=1024", "tracking=none"], tmp_path)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("distbench: invalid config: 1024 ranks on this machine's")
+    assert "per core" in last
