@@ -38,7 +38,7 @@ from distbench.job import RAW_ENGINE, Job, baseline_on_one_device, rank_module, 
 from distbench.launch.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
 from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
-from distbench.tracking.signature import SIGNATURE_TAG, run_signature
+from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG, run_signature
 from distbench.workloads import Measured, registry
 
 SCHEDULER_STATE_WAIT_S = 5.0
@@ -208,8 +208,8 @@ def run_name(tags: dict[str, str], job: Job | None) -> str:
     return f"{strategy}{named}-ws{ws}"
 
 
-def previous_run(tracking: Any, signature: str) -> tuple[str, str] | None:
-    """(status, run id) of the newest run with this signature, if the store has one."""
+def previous_run(tracking: Any, signature: str) -> Any | None:
+    """The newest run with this signature (a FINISHED one first), if the store has one."""
     from distbench.tracking.mlflow_store import ensure_experiment, find_runs
     from distbench.tracking.sweep import resolve_tracking_uri
 
@@ -219,21 +219,41 @@ def previous_run(tracking: Any, signature: str) -> tuple[str, str] | None:
     experiment_id = ensure_experiment(uri, tracking.experiment_name)
     runs = find_runs(uri, experiment_id, {SIGNATURE_TAG: signature})
     finished = [r for r in runs if r.info.status == "FINISHED"]
-    newest = (finished or runs or [None])[0]
-    return None if newest is None else (newest.info.status, newest.info.run_id)
+    return (finished or runs or [None])[0]
 
 
-def resume_decision(cfg: DictConfig, signature: str) -> str | None:
-    """Why this job is skipped under resume=true, or None to run it."""
+def resume_decision(cfg: DictConfig, signature: str) -> tuple[str, Any] | None:
+    """(why this job is skipped under resume=true, the earlier run), or None to run it."""
     previous = previous_run(cfg.tracking, signature) if cfg.resume else None
     if previous is None:
         return None
-    status, run_id = previous
+    status, run_id = previous.info.status, previous.info.run_id
     if status == "FINISHED":
-        return f"already FINISHED as run {run_id} (signature {signature})"
+        return f"already FINISHED as run {run_id} (signature {signature})", previous
     if status == "FAILED" and not cfg.retry_failed:
-        return f"previous run {run_id} FAILED; retry_failed=true reruns it"
+        return f"previous run {run_id} FAILED; retry_failed=true reruns it", previous
     return None
+
+
+def adopt_previous_run(cfg: DictConfig, outcome: dict[str, Any], previous: Any) -> None:
+    """A skipped job stands in this sweep by its earlier run: the outcome gets that run's id,
+    status and metrics (the summary shows them), and the run a tag naming this sweep's parent
+    (the report of this sweep includes it)."""
+    from distbench.tracking.mlflow_store import client
+    from distbench.tracking.sweep import PARENT_RUN_ENV, resolve_tracking_uri
+
+    outcome["previous_run_id"] = previous.info.run_id
+    outcome["previous_status"] = previous.info.status
+    outcome["metrics"] = dict(previous.data.metrics)
+    for key in ("failure_kind", "failure_reason", "equivalent"):
+        if key in previous.data.tags:
+            outcome[key] = previous.data.tags[key]
+    parent = os.environ.get(PARENT_RUN_ENV)
+    uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
+    if parent and uri:
+        client(uri).set_tag(
+            previous.info.run_id, f"{RESUMED_INTO_TAG_PREFIX}{parent}", outcome["job_dir"]
+        )
 
 
 def scheduler_ended(slurm_job_id: str | None) -> tuple[str, str] | None:
@@ -386,8 +406,13 @@ def _run_job(
     outcome, tags = new_outcome(cfg, job, job_dir, label)
     skipped = _resume_check(cfg, outcome["signature"], label)
     if skipped:
-        print(f"distbench: {label} skipped: {skipped}", flush=True)
-        outcome.update(status="SKIPPED", skipped_reason=skipped)
+        reason, previous = skipped
+        print(f"distbench: {label} skipped: {reason}", flush=True)
+        outcome.update(status="SKIPPED", skipped_reason=reason)
+        try:
+            adopt_previous_run(cfg, outcome, previous)
+        except Exception as exc:  # the skip stands; only the link to the earlier run is missing
+            print(f"distbench: {label}: could not link run {previous.info.run_id} ({exc})")
         write_json_atomic(job_dir / "outcome.json", outcome)
         return outcome
 
@@ -443,7 +468,7 @@ def _run_job(
     return _finish(cfg, job, outcome, measured, job_dir, project_dir, started)
 
 
-def _resume_check(cfg: DictConfig, signature: str, label: str) -> str | None:
+def _resume_check(cfg: DictConfig, signature: str, label: str) -> tuple[str, Any] | None:
     try:
         return resume_decision(cfg, signature)
     except Exception as exc:  # an unreachable store must not stop the sweep: run the job

@@ -97,3 +97,24 @@ def test_more_cpu_ranks_than_this_machine_can_host_are_refused_in_one_line(tmp_p
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("distbench: invalid config: 1024 ranks on this machine's")
     assert "per core" in last
+
+
+def test_a_resumed_sweep_reports_the_whole_grid_with_the_earlier_figures(tmp_path):
+    from distbench.tools.report import load_runs
+
+    grid = ["-m", "strategy=dp,zero1", "world_size=2", *FEW_STEPS]
+    first = run_py([*grid, f"hydra.sweep.dir={tmp_path}/s1"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_py([*grid, "resume=true", f"hydra.sweep.dir={tmp_path}/s2"], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("SKIPPED (earlier FINISHED)") == 2
+    outcomes = [json.loads((tmp_path / "s2" / str(i) / "outcome.json").read_text()) for i in (0, 1)]
+    assert all(o["status"] == "SKIPPED" and o["metrics"]["step_time_s_p50"] > 0 for o in outcomes)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    latest = load_runs(uri, "latest")  # the resumed sweep: every job of its grid, none rerun
+    earlier = {o["previous_run_id"] for o in outcomes}
+    assert {r.info.run_id for r in latest.runs} == earlier
+    assert (
+        latest.parent_run_id
+        != load_runs(uri, latest.runs[0].data.tags["mlflow.parentRunId"]).parent_run_id
+    )

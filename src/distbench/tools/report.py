@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX
+
 # metric, goal ("min" or "max"), label with unit. The headline of every pivot and verdict.
 HEADLINE_METRICS = (
     ("step_time_s_p50", "min", "step time p50 (s)"),
@@ -101,7 +103,13 @@ def load_runs(tracking_uri: str, sweep: str | None, experiment: str = "distbench
         experiment_id = found.experiment_id
     runs = _all_runs(client, experiment_id)
     parent_of = {r.info.run_id: r.data.tags.get("mlflow.parentRunId") for r in runs}
-    parents = {p for p in parent_of.values() if p}
+    # A resumed sweep's parent also owns the earlier runs it skipped (tagged resumed_into.<id>).
+    resumed_into = {
+        r.info.run_id: {k[len(RESUMED_INTO_TAG_PREFIX) :] for k in r.data.tags}
+        for r in runs
+        if any(k.startswith(RESUMED_INTO_TAG_PREFIX) for k in r.data.tags)
+    }
+    parents = {p for p in parent_of.values() if p} | set().union(*resumed_into.values())
     if sweep is None:
         children = [  # every job's run; `distbench compare` runs are not jobs
             r
@@ -116,7 +124,11 @@ def load_runs(tracking_uri: str, sweep: str | None, experiment: str = "distbench
             raise LookupError(f"no sweep (a parent run with children) in experiment {experiment!r}")
         sweep = max(candidates, key=lambda r: r.info.start_time).info.run_id
     parent = client.get_run(sweep)
-    children = [r for r in runs if parent_of[r.info.run_id] == sweep]
+    children = [
+        r
+        for r in runs
+        if parent_of[r.info.run_id] == sweep or sweep in resumed_into.get(r.info.run_id, ())
+    ]
     if not children:
         raise LookupError(f"run {sweep} has no child runs: not a sweep's parent run")
     title = f"sweep {parent.info.run_name} ({sweep})"

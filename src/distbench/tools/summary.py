@@ -65,9 +65,10 @@ def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
     for header in ("strategy", "world", "zero", "status", *(c[0] for c in columns), "= single"):
         table.add_column(header, justify="left" if header in ("strategy", "status") else "right")
     for o in outcomes:
+        earlier = o.get("previous_status", "resume")  # a skipped job shows its earlier run
         status = {
             "FINISHED": "[green]FINISHED[/green]",
-            "SKIPPED": "[yellow]SKIPPED[/yellow] (resume)",
+            "SKIPPED": f"[yellow]SKIPPED[/yellow] (earlier {earlier})",
         }.get(o["status"], f"[red]FAILED[/red] {o.get('failure_kind')}")
         metrics = o.get("metrics", {})
         cells = [_cell(metrics, key, fmt) for _, key, fmt in columns]

@@ -12,6 +12,10 @@ from typing import Any
 
 # The tag that carries it (public: compare pairs runs by it, resume finds them by it).
 SIGNATURE_TAG = "distbench.signature"
+# Set on an earlier run that a resumed sweep (resume=true) skipped, one tag per sweep parent
+# (the key ends with the parent run id): the report of that sweep shows it, so a resumed
+# sweep's report is the whole grid.
+RESUMED_INTO_TAG_PREFIX = "distbench.resumed_into."
 # Where results go, how long to wait, whether to resume: none of it changes what is measured.
 EXCLUDED_KEYS = ("tracking", "limits", "resume", "retry_failed", "hydra")
 
