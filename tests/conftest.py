@@ -31,6 +31,12 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 
 
 def config_options(group: str) -> list[str]:
+    """The options of a config group: its YAML files under conf/, or for `workload` the names
+    in the workload registry (each workload registers its option from its own folder)."""
+    if group == "workload":
+        from distbench import workloads
+
+        return sorted(workloads.registry())
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 

@@ -286,8 +286,10 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
     """The composed config → the Job that runs, or ConfigError (one line, numbers in it)."""
     from distbench import engines, workloads
 
-    cfg, world_size_requested = baseline_on_one_device(cfg)
     spec = workloads.get(cfg.workload.name)
+    world_size_requested = None
+    if spec.builds_model:  # a raw workload has no strategy to pin
+        cfg, world_size_requested = baseline_on_one_device(cfg)
     ws = cfg.world_size
     checks.common(cfg)
     workload = _node(cfg, "workload", spec.schema)
@@ -298,11 +300,6 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
         strategy = _node(cfg, "strategy", StrategyConfig)
         batch = _node(cfg, "batch", BatchConfig)
         checks.model_choices(model, strategy, workload)
-        if strategy.name == "single" and ws != 1:
-            raise ConfigError(
-                f"strategy=single runs on one device, got world_size={ws}; "
-                "use world_size=1 (run.py runs it on one rank in any sweep) or strategy=ddp"
-            )
         dp, tp, pp = checks.resolve_degrees(ws, strategy.dp, strategy.tp, strategy.pp)
         engine = engines.get(strategy.engine)
         zero_stage = engine.resolve_zero_stage(strategy, cfg.zero_stage)

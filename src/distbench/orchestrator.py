@@ -34,7 +34,7 @@ from distbench.compose.hardware import gpu_names, num_cpu_cores
 from distbench.compose.schema import ConfigError
 from distbench.figures.metrics import check_mfu
 from distbench.files import write_json_atomic
-from distbench.job import RAW_ENGINE, Job, baseline_on_one_device, rank_module, resolve_job
+from distbench.job import RAW_ENGINE, Job, rank_module, resolve_job
 from distbench.launch.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
 from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
@@ -312,7 +312,7 @@ def new_outcome(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """A job's outcome before it runs (what names it, its signature) and its tags."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    tags = describe(job) if job else describe_refused(baseline_on_one_device(cfg)[0])
+    tags = describe(job) if job else describe_refused(cfg)
     tree = job.tree() if job else _composed_tree(cfg)
     outcome: dict[str, Any] = {
         "job": label,

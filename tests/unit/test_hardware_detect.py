@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from distbench.compose import calibrate, hardware
-from distbench.compose.schema import ConfigError, validate
+from distbench.compose.schema import ConfigError
 from distbench.figures.metrics import check_mfu
+from distbench.job import resolve_job
 from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
@@ -59,7 +60,10 @@ def test_this_machine_has_cpu_tags_and_the_cores_this_process_may_use():
 
 
 def test_hardware_does_not_import_torch():
-    code = "import sys, distbench.compose.hardware as h; h.detect_tags(); print('torch' in sys.modules)"
+    code = (
+        "import sys, distbench.compose.hardware as h; h.detect_tags(); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -76,10 +80,14 @@ def test_an_mfu_above_100_percent_is_an_error_naming_the_peak():
     assert check_mfu(math.inf) and check_mfu(-1.0)
 
 
-def test_peak_source_must_be_catalog_or_measured():
-    validate(compose_config(["hardware.peak_source=measured"]))
+def test_peak_source_must_be_catalog_or_measured(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    name = hardware._device_name("cpu")
+    calibrate.store_peak(name, "fp32", 1, {"tflops": 0.0421})  # no calibration run here
+    job = resolve_job(compose_config(["hardware=cpu", "hardware.peak_source=measured"]), CONF_DIR)
+    assert job.hardware.peak_source == "measured" and job.hardware.peak_tflops_fp32 == 0.0421
     with pytest.raises(ConfigError, match=r"hardware.peak_source='datasheet' is not allowed"):
-        validate(compose_config(["hardware.peak_source=datasheet"]))
+        resolve_job(compose_config(["hardware.peak_source=datasheet"]), CONF_DIR)
 
 
 def test_the_peak_cache_is_keyed_by_host_device_dtype_and_threads(tmp_path, monkeypatch):

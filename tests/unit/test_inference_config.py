@@ -1,4 +1,4 @@
-"""validate() on workload=inference: its own checks, one line each with the numbers.
+"""resolve_job() on workload=inference: its own checks, one line each with the numbers.
 
 pytest tests/unit/test_inference_config.py -m unit
 """
@@ -7,29 +7,38 @@ from __future__ import annotations
 
 import pytest
 
-from distbench.compose.schema import ConfigError, inference_sizes, validate
-from tests.conftest import compose_config
+from distbench.compose.schema import BatchConfig, ConfigError
+from distbench.job import Layout, resolve_job
+from distbench.workloads.inference import InferenceConfig, inference_sizes
+from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
 
 
-def layout(*overrides: str):
-    return validate(compose_config(["workload=inference", "tracking=none", *overrides]))
+def layout(*overrides: str) -> Layout:
+    cfg = compose_config(["workload=inference", "tracking=none", *overrides])
+    return resolve_job(cfg, CONF_DIR).layout
 
 
 def test_replicas_and_tensor_parallel_layouts():
     assert layout("strategy=dp").as_dict() == dict(world_size=2, dp=2, tp=1, pp=1, zero_stage=0)
     assert layout("strategy=tp", "world_size=4").as_dict()["dp"] == 2
     assert layout("strategy=zero1").dp == 2  # training state only: runs as replicas
-    assert layout("strategy=ddp").dp == 2
+    ddp = layout("strategy=ddp")
+    assert (ddp.dp, ddp.zero_stage) == (2, None)  # the torch engine has no ZeRO stage
+
+
+def job_of(*overrides: str):
+    return resolve_job(compose_config(["workload=inference", *overrides]), CONF_DIR)
 
 
 def test_sizes_default_to_the_batch_group():
-    cfg = compose_config(["workload=inference", "batch=small"])
-    assert inference_sizes(cfg.inference, cfg.batch) == (128, 2)
-    cfg = compose_config(["workload=inference", "inference.prompt_len=7", "inference.batch_size=5"])
-    assert inference_sizes(cfg.inference, cfg.batch) == (7, 5)
-    assert inference_sizes({"prompt_len": None, "batch_size": 3}, {"seq_len": 9}) == (9, 3)
+    job = job_of("batch=small")
+    assert inference_sizes(job.options, job.batch) == (128, 2)
+    job = job_of("inference.prompt_len=7", "inference.batch_size=5")
+    assert inference_sizes(job.options, job.batch) == (7, 5)
+    batch = BatchConfig(name="b", micro_batch_size=4, seq_len=9)
+    assert inference_sizes(InferenceConfig(batch_size=3), batch) == (9, 3)
 
 
 @pytest.mark.parametrize(

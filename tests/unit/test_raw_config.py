@@ -1,12 +1,13 @@
-"""workload=gemm and workload=collectives compose, validate without the train-only checks, and
-refuse bad input in one line with the numbers in it."""
+"""workload=gemm and workload=collectives compose, resolve into a Job without the train-only
+checks, and refuse bad input in one line with the numbers in it."""
 
 from __future__ import annotations
 
 import pytest
 
-from distbench.compose.schema import ConfigError, validate
-from tests.conftest import compose_config
+from distbench.compose.schema import ConfigError
+from distbench.job import RAW_ENGINE, resolve_job
+from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
 
@@ -19,8 +20,12 @@ def test_raw_workloads_need_only_ranks(workload, world_size):
     cfg = compose_config(
         [f"workload={workload}", f"world_size={world_size}", "strategy=tp", *extra]
     )
-    layout = validate(cfg)
+    job = resolve_job(cfg, CONF_DIR)
+    layout = job.layout
     assert (layout.world_size, layout.dp, layout.tp, layout.pp) == (world_size, world_size, 1, 1)
+    # no model, no strategy: no ZeRO stage (None, where validate() used to report 0)
+    assert layout.zero_stage is None and layout.tag == "none"
+    assert (job.builds_model, job.strategy, job.engine) == (False, None, RAW_ENGINE)
 
 
 def test_defaults_and_the_dtype_tag_follow_the_workload_node():
@@ -39,7 +44,10 @@ def test_defaults_and_the_dtype_tag_follow_the_workload_node():
 
 
 def test_single_mode_validates_on_one_rank():
-    assert validate(compose_config(["workload=gemm", "gemm.mode=single", "world_size=1"]))
+    job = resolve_job(
+        compose_config(["workload=gemm", "gemm.mode=single", "world_size=1"]), CONF_DIR
+    )
+    assert job.layout.world_size == 1 and job.options.mode == "single"
 
 
 @pytest.mark.parametrize(
@@ -80,6 +88,6 @@ def test_single_mode_validates_on_one_rank():
 )
 def test_raw_refusals_name_the_bad_value(overrides, message):
     with pytest.raises(ConfigError) as err:
-        validate(compose_config(overrides))
+        resolve_job(compose_config(overrides), CONF_DIR)
     assert message in str(err.value)
     assert "\n" not in str(err.value)

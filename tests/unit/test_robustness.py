@@ -1,8 +1,9 @@
-"""Pure pieces of "sweeps that survive": heartbeats, signatures, secret masking, and validation
-that refuses any input with a message, never a traceback (property-based)."""
+"""Pure pieces of "sweeps that survive": heartbeats, signatures, secret masking, and resolving a
+job that refuses any input with a message, never a traceback (property-based)."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -12,13 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distbench.compose.schema import ConfigError, validate
+from distbench.compose.schema import ConfigError
+from distbench.job import Job, resolve_job
 from distbench.launch.watchdog import Watchdog
 from distbench.orchestrator import device_shortfall
 from distbench.tracking.secrets_mask import mask_text, mask_tree
 from distbench.tracking.signature import run_signature
 from distbench.tracking.sweep import require_writable
-from tests.conftest import compose_config, config_options
+from tests.conftest import CONF_DIR, compose_config, config_options
 
 pytestmark = pytest.mark.unit
 
@@ -88,12 +90,24 @@ KEYS = st.sampled_from(
         "workload.num_steps",
         "workload.num_warmup_steps",
         "zero_stage",
-        "limits.stall_timeout_s",
-        "limits.max_mem_gib",
         "fault.rank",
     ]
 )
-OVERRIDES = st.lists(st.tuples(KEYS, st.integers(-3, 70)), max_size=5)
+# Float keys also get the values a float parse lets through: nan, ±inf, a tiny positive.
+FLOAT_KEYS = st.sampled_from(
+    [
+        "limits.timeout_s",
+        "limits.startup_timeout_s",
+        "limits.stall_timeout_s",
+        "limits.max_mem_gib",
+        "workload.lr",
+    ]
+)
+FLOAT_VALUES = st.one_of(st.integers(-3, 70), st.sampled_from(["nan", "inf", "-inf", "1e-3"]))
+OVERRIDES = st.lists(
+    st.one_of(st.tuples(KEYS, st.integers(-3, 70)), st.tuples(FLOAT_KEYS, FLOAT_VALUES)),
+    max_size=5,
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,13 +129,24 @@ def test_validation_accepts_or_refuses_in_one_line_never_crashes(
         ]
     )
     try:
-        layout = validate(cfg)
+        job = resolve_job(cfg, CONF_DIR)
     except ConfigError as err:
         message = str(err)
         assert message and "\n" not in message
         return
-    assert layout.world_size == cfg.world_size >= 1
+    layout = job.layout
+    # strategy=single runs on one device whatever world_size the sweep asked for (the composed
+    # strategy decides, also for a raw workload, as run.py always did)
+    single = cfg.strategy.name == "single"
+    assert layout.world_size == (1 if single else cfg.world_size) >= 1
+    assert job.world_size_requested == (cfg.world_size if single and cfg.world_size != 1 else None)
     assert layout.dp * layout.tp * layout.pp == layout.world_size
+    assert (layout.zero_stage is None) == (job.engine != "deepspeed")
+    for what in ("timeout_s", "startup_timeout_s", "stall_timeout_s"):
+        assert math.isfinite(getattr(job.limits, what)) and getattr(job.limits, what) > 0
+    if job.builds_model:
+        assert math.isfinite(job.workload.lr) and job.workload.lr > 0
+    assert Job.from_tree(job.tree()) == job  # what the ranks rebuild from resolved.yaml
 
 
 def test_an_unwritable_output_dir_exits_with_one_line(capsys):
@@ -133,7 +158,12 @@ def test_an_unwritable_output_dir_exits_with_one_line(capsys):
 
 
 def test_more_cuda_ranks_than_gpus_is_refused():
-    assert device_shortfall("cpu", 64) is None
+    from distbench.compose.hardware import num_cpu_cores
+    from distbench.orchestrator import MAX_RANKS_PER_CPU_CORE
+
+    cap = MAX_RANKS_PER_CPU_CORE * num_cpu_cores()  # CPU ranks: a few per core, no more
+    assert device_shortfall("cpu", cap) is None
+    assert device_shortfall("cpu", cap + 1).startswith(f"{cap + 1} ranks on this machine's")
     from distbench.compose.hardware import gpu_names
 
     visible = len(gpu_names())

@@ -1,4 +1,4 @@
-"""Nodes × ranks per node: validation, who starts the ranks, the command lines of each path,
+"""Nodes × ranks per node: the job's topology, who starts the ranks, the command lines of each path,
 SLURM end states as failure kinds, and local node agents stopping together.
 
     pytest tests/unit/test_topology.py
@@ -11,17 +11,23 @@ import time
 
 import pytest
 
-from distbench.compose.schema import ConfigError, resolve_num_nodes, validate
+from distbench.compose.checks import resolve_num_nodes
+from distbench.compose.schema import ConfigError
+from distbench.job import Job, Topology, resolve_job
 from distbench.launch.node_agents import run_agents
 from distbench.launch.slurm_state import parse_scontrol_job, scheduler_failure, task_line
 from distbench.launch.topology import plan_launch, resolve_rank_launcher, slurm_job_id
 from distbench.launch.workers import first_node_of_allocation
 from distbench.orchestrator import describe
-from tests.conftest import compose_config
+from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
 
 IN_SLURM = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "vm"}
+
+
+def job_of(*overrides: str) -> Job:
+    return resolve_job(compose_config(list(overrides)), CONF_DIR)
 
 
 @pytest.mark.parametrize(
@@ -55,8 +61,13 @@ def test_num_nodes_defaults_to_what_the_hardware_holds():
     assert resolve_num_nodes(compose_config(["hardware=h100_sxm", "world_size=16"])) == 2
     assert resolve_num_nodes(compose_config(["hardware=cpu", "world_size=16"])) == 1
     assert resolve_num_nodes(compose_config(["num_nodes=4", "world_size=16"])) == 4
-    tags = describe(compose_config(["hardware=h100_sxm", "world_size=16"]))
+    job = job_of("hardware=h100_sxm", "world_size=16")
+    assert job.topology == Topology(
+        num_nodes=2, ranks_per_node=8, rank_launcher="auto", tp_across_nodes=False
+    )
+    tags = describe(job)
     assert (tags["num_nodes"], tags["ranks_per_node"]) == ("2", "8")
+    assert (job.tree()["num_nodes"], job.tree()["ranks_per_node"]) == (2, 8)
 
 
 @pytest.mark.parametrize(
@@ -77,25 +88,27 @@ def test_num_nodes_defaults_to_what_the_hardware_holds():
 )
 def test_topology_refusals_name_the_values(overrides, message):
     with pytest.raises(ConfigError) as err:
-        validate(compose_config(overrides))
+        resolve_job(compose_config(overrides), CONF_DIR)
     assert message in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_tp_across_nodes_runs_when_the_user_insists():
-    cfg = compose_config(["strategy=tp", "world_size=4", "num_nodes=4", "tp_across_nodes=true"])
-    assert validate(cfg).tp == 2
+    job = job_of("strategy=tp", "world_size=4", "num_nodes=4", "tp_across_nodes=true")
+    assert job.layout.tp == 2
+    assert (job.topology.ranks_per_node, job.topology.tp_across_nodes) == (1, True)
 
 
 def test_one_node_is_a_static_torchrun_on_loopback(tmp_path):
-    plan = plan_launch(compose_config(["world_size=2"]), tmp_path, env={})
+    plan = plan_launch(job_of("world_size=2"), tmp_path, env={})
     assert plan.rank_launcher == "torchrun" and plan.cmd[1:3] == ["-m", "torch.distributed.run"]
     assert f"--master_port={plan.port}" in plan.cmd and "--nproc_per_node=2" in plan.cmd
     assert plan.tags() == {"num_nodes": "1", "ranks_per_node": "2", "rank_launcher": "torchrun"}
 
 
 def test_local_nodes_are_agents_at_one_c10d_rendezvous(tmp_path):
-    cfg = compose_config(["world_size=4", "num_nodes=2", "rank_launcher=local_nodes"])
-    plan = plan_launch(cfg, tmp_path, env={})
+    job = job_of("world_size=4", "num_nodes=2", "rank_launcher=local_nodes")
+    plan = plan_launch(job, tmp_path, env={})
     assert plan.cmd[1:4] == ["-m", "distbench.launch.node_agents", "2"]
     agent = plan.cmd[plan.cmd.index("--") + 1 :]
     assert "--nnodes=2" in agent and "--nproc_per_node=2" in agent
@@ -112,9 +125,9 @@ def test_first_node_of_a_hostlist(nodelist, first):
 
 
 def test_srun_starts_one_agent_per_node_meeting_on_the_first(tmp_path):
-    cfg = compose_config(["world_size=4", "num_nodes=2"])
+    job = job_of("world_size=4", "num_nodes=2")
     env = {**IN_SLURM, "SLURM_JOB_NODELIST": "gpu[07-08]"}
-    plan = plan_launch(cfg, tmp_path, env=env)
+    plan = plan_launch(job, tmp_path, env=env)
     assert plan.cmd[:7] == [
         "srun",
         "--overlap",

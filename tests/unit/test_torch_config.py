@@ -1,24 +1,31 @@
-"""The torch engine's strategies validate where they can run and are refused, in one line with
-the numbers, where they cannot; the engine registry matches config.ENGINES."""
+"""The torch engine's strategies resolve into a Job where they can run and are refused, in one
+line with the numbers, where they cannot; the engine registry matches config.ENGINES."""
 
 from __future__ import annotations
 
 import pytest
 
-from distbench.compose.schema import ENGINES, ConfigError, baseline_on_one_device, validate
-from distbench.engines import ENGINE_MODULES, GRID_DIMS
-from distbench.workloads.train.workload import combine
-from tests.conftest import compose_config
+from distbench.compose.schema import ENGINES, ConfigError
+from distbench.engines import ENGINE_MODULES, GRID_DIMS, get
+from distbench.job import Layout, baseline_on_one_device, resolve_job
+from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
 
 TORCH_STRATEGIES = ["single", "ddp", "fsdp", "torch_tp", "torch_pp", "3d"]
 
 
+def layout_of(overrides: list[str]) -> Layout:
+    return resolve_job(compose_config(overrides), CONF_DIR).layout
+
+
 def test_every_engine_has_a_module():
     assert set(ENGINES) == set(ENGINE_MODULES)
     for name in TORCH_STRATEGIES:
         assert compose_config([f"strategy={name}"]).strategy.engine == "torch"
+    for engine, module in ENGINE_MODULES.items():
+        assert get(engine).__name__ == module
+        assert callable(get(engine).check) and callable(get(engine).resolve_zero_stage)
 
 
 @pytest.mark.parametrize(
@@ -36,24 +43,27 @@ def test_every_engine_has_a_module():
     ],
 )
 def test_torch_layouts_resolve(overrides, degrees):
-    layout = validate(compose_config(overrides))
+    layout = layout_of(overrides)
     assert (layout.dp, layout.pp, layout.tp) == degrees
-    assert layout.zero_stage == 0
+    assert layout.zero_stage is None and layout.tag == "none"  # ZeRO is DeepSpeed's
 
 
 def test_single_in_a_wider_sweep_runs_on_one_device():
     cfg = compose_config(["strategy=single", "world_size=4"])
     pinned, requested = baseline_on_one_device(cfg)
     assert (pinned.world_size, requested, cfg.world_size) == (1, 4, 4)  # the original untouched
-    assert validate(pinned).dp == 1
+    assert resolve_job(pinned, CONF_DIR).layout.dp == 1
     ddp = compose_config(["strategy=ddp", "world_size=4"])
     assert baseline_on_one_device(ddp) == (ddp, None)
+    # resolve_job pins it itself and remembers the world_size the sweep asked for
+    job = resolve_job(cfg, CONF_DIR)
+    assert (job.world_size, job.layout.dp, job.world_size_requested) == (1, 1, 4)
+    assert job.tree()["world_size_requested"] == 4 and cfg.world_size == 4
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["strategy=single"], "strategy=single runs on one device, got world_size=2"),
         (
             ["strategy=ddp", "zero_stage=2"],
             "strategy=ddp has no ZeRO stage (zero_stage=2 given); ZeRO is the deepspeed "
@@ -102,12 +112,14 @@ def test_single_in_a_wider_sweep_runs_on_one_device():
 )
 def test_torch_refusals_name_the_numbers(overrides, message):
     with pytest.raises(ConfigError) as err:
-        validate(compose_config(overrides))
+        resolve_job(compose_config(overrides), CONF_DIR)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
 
 def test_combine_writes_the_rank_grid():
+    from distbench.workloads.train.workload import combine
+
     ranks = [
         {"step_times_s": [1.0], "losses": [2.0], "coords": dict(zip(GRID_DIMS, c, strict=True))}
         for c in [(0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1)]
