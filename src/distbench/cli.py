@@ -12,9 +12,18 @@ distbench schedule experiment=strategy_grid --cron "0 2 * * *" [--baseline ID] [
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line, any URI password in it masked."""
+    from distbench.tracking.secrets_mask import mask_text
+
+    text = str(exc).strip()
+    return mask_text(text.splitlines()[0] if text else type(exc).__name__)[:500]
 
 
 def _store_uri(args: argparse.Namespace) -> str:
@@ -27,10 +36,12 @@ def _store_uri(args: argparse.Namespace) -> str:
 
 def _ui(args: argparse.Namespace) -> int:
     from distbench.tracking.mlflow_store import ensure_experiment, ui_url
+    from distbench.tracking.secrets_mask import mask_text
 
     uri = _store_uri(args)
     experiment_id = ensure_experiment(uri, args.experiment)
-    print(f"MLflow UI for {uri}: {ui_url(uri, experiment_id, args.port)}", flush=True)
+    url = ui_url(uri, experiment_id, args.port)
+    print(f"MLflow UI for {mask_text(uri)}: {mask_text(url)}", flush=True)
     if uri.startswith(("http://", "https://")):
         return 0  # a tracking server serves its own UI
     cmd = [
@@ -48,14 +59,39 @@ def _ui(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
+    """Exit 0 when every spooled run is in the store; 1 when some payload could not be read
+    (each named, the others uploaded); 2 (one line) for no such dir or an unusable store."""
+    from distbench.tracking.mlflow_store import check_uri
+    from distbench.tracking.secrets_mask import mask_text
     from distbench.tracking.spool import sync_sweep
 
+    sweep_dir = Path(args.sweep_dir)
+    if not sweep_dir.is_dir():
+        print(f"distbench: sync: no such directory: {sweep_dir}", file=sys.stderr)
+        return 2
     uri = _store_uri(args)
-    counts = sync_sweep(Path(args.sweep_dir), uri)
+    try:
+        check_uri(uri)
+        result = sync_sweep(sweep_dir, uri)
+    except Exception as exc:  # a store down or refused: one line, the runs stay spooled
+        print(
+            f"distbench: sync: {type(exc).__name__}: {_one_line(exc)} (runs stay spooled)",
+            file=sys.stderr,
+        )
+        return 2
+    for line in result["unreadable"]:
+        print(f"distbench: sync: skipped {line}", file=sys.stderr)
+    closed = "; the sweep's parent run ended" if result["parent_closed"] else ""
     print(
-        f"distbench sync {args.sweep_dir} → {uri}: {counts['uploaded']} uploaded, "
-        f"{counts['already_in_store']} already in the store"
+        f"distbench sync {args.sweep_dir} → {mask_text(uri)}: {result['uploaded']} uploaded, "
+        f"{result['already_in_store']} already in the store{closed}"
     )
+    if result["unreadable"]:
+        print(
+            f"distbench: sync: {len(result['unreadable'])} spooled run(s) unreadable, not uploaded",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -78,6 +114,15 @@ def _plan(args: argparse.Namespace) -> int:
     from distbench.tools.plan import make_plan, plan_json, print_plan
 
     strategies = [s for s in (args.strategies or "").split(",") if s] or None
+    checks = (
+        ("--efficiency", args.efficiency, lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
+        ("--bandwidth-gbps", args.bandwidth_gbps, lambda v: v > 0, "a positive number"),
+        ("--latency-us", args.latency_us, lambda v: v >= 0, "a number >= 0"),
+    )
+    for option, value, ok, allowed in checks:
+        if value is not None and (not math.isfinite(value) or not ok(value)):
+            print(f"distbench: plan: {option} {value}: must be {allowed}", file=sys.stderr)
+            return 2
     try:
         plan = make_plan(
             args.overrides,
@@ -99,13 +144,18 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from distbench.tools import report
+    from distbench.tracking.mlflow_store import check_uri
 
     uri = _store_uri(args)
     sweep = args.sweep if args.sweep or args.experiment else "latest"
     try:
+        check_uri(uri)
         selection = report.load_runs(uri, sweep, args.experiment or "distbench")
-    except LookupError as exc:
-        print(f"distbench: report: {exc}", file=sys.stderr)
+    except (LookupError, ValueError) as exc:
+        print(f"distbench: report: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the store itself: unreachable, refused
+        print(f"distbench: report: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
     df = report.flat_table(selection.runs)
     out = Path(args.out)

@@ -311,7 +311,8 @@ def new_outcome(
     cfg: DictConfig, job: Job | None, job_dir: Path, label: str
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """A job's outcome before it runs (what names it, its signature) and its tags."""
-    job_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # an unwritable job dir fails the job later, recorded
+        job_dir.mkdir(parents=True, exist_ok=True)
     tags = describe(job) if job else describe_refused(cfg)
     tree = job.tree() if job else _composed_tree(cfg)
     outcome: dict[str, Any] = {
@@ -554,7 +555,8 @@ def _finish(
     started: float,
 ) -> dict[str, Any]:
     """Write outcome.json and spool the MLflow run, then log it; a tracking failure is reported
-    (the run stays spooled for `distbench sync`), never raised."""
+    (the run stays spooled for `distbench sync`), never raised. A job dir that cannot be
+    written (read-only, removed meanwhile) does not lose the run: it is logged directly."""
     from distbench.compose.hardware import detect_tags
     from distbench.tracking.mlflow_store import flatten
     from distbench.tracking.secrets_mask import mask_text, mask_tree
@@ -562,7 +564,7 @@ def _finish(
     from distbench.tracking.sweep import PARENT_RUN_ENV, resolve_tracking_uri, software_tags
 
     outcome["orchestrator_time_s"] = time.monotonic() - started
-    write_json_atomic(job_dir / "outcome.json", outcome)
+    _write_outcome(job_dir, outcome)
     uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
     if uri is None:
         return outcome
@@ -577,35 +579,72 @@ def _finish(
     for key in TAGGED_OUTCOME_KEYS:
         if outcome.get(key):
             tags[key] = mask_text(str(outcome[key]))[:5000]
-    upload_dir = job_dir / "upload"  # what is logged: the config with its secrets masked
-    upload_dir.mkdir(exist_ok=True)
-    (upload_dir / "resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config_tree)))
-    artifacts = [upload_dir / "resolved.yaml"]
-    artifacts += [job_dir / name for name in ARTIFACTS if name != "resolved.yaml"]
+    artifacts = [job_dir / name for name in ARTIFACTS if name != "resolved.yaml"]
     artifacts += measured.artifacts
-    write_payload(
-        job_dir,
-        {
-            "experiment_name": cfg.tracking.experiment_name,
-            "run_name": outcome["run_name"],
-            "params": flatten(config_tree),
-            "metrics": measured.metrics,
-            "series": measured.series,
-            "tags": tags,
-            "artifacts": [
-                str(p.relative_to(job_dir)) for p in artifacts if p.is_relative_to(job_dir)
-            ],
-            "failed": outcome["status"] != "FINISHED",
-            "parent_run_id": os.environ.get(PARENT_RUN_ENV),
-        },
-    )
+    payload = {
+        "experiment_name": cfg.tracking.experiment_name,
+        "run_name": outcome["run_name"],
+        "params": flatten(config_tree),
+        "metrics": measured.metrics,
+        "series": measured.series,
+        "tags": tags,
+        "artifacts": [],
+        "failed": outcome["status"] != "FINISHED",
+        "parent_run_id": os.environ.get(PARENT_RUN_ENV),
+    }
     try:
-        outcome["run_id"] = upload(uri, job_dir)
+        upload_dir = job_dir / "upload"  # what is logged: the config with its secrets masked
+        upload_dir.mkdir(exist_ok=True)
+        masked_config = upload_dir / "resolved.yaml"
+        masked_config.write_text(OmegaConf.to_yaml(OmegaConf.create(config_tree)))
+        payload["artifacts"] = [
+            str(p.relative_to(job_dir))
+            for p in [masked_config, *artifacts]
+            if p.is_relative_to(job_dir)
+        ]
+        write_payload(job_dir, payload)
+    except OSError as exc:
+        outcome["spool_error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        print(f"distbench: cannot spool in {job_dir} ({outcome['spool_error']}); logging directly")
+    try:
+        if "spool_error" in outcome:
+            outcome["run_id"] = _log_unspooled(uri, payload, artifacts, outcome["spool_error"])
+        else:
+            outcome["run_id"] = upload(uri, job_dir)
     except Exception as exc:  # nothing measured is lost: the run is spooled in the job dir
         outcome["tracking_error"] = mask_text(f"{type(exc).__name__}: {exc}")[:2000]
         print(
             f"distbench: could not log to MLflow ({outcome['tracking_error'][:300]}); "
             f"spooled in {job_dir} for `distbench sync`"
         )
-    write_json_atomic(job_dir / "outcome.json", outcome)
+    _write_outcome(job_dir, outcome)
     return outcome
+
+
+def _write_outcome(job_dir: Path, outcome: dict[str, Any]) -> None:
+    """outcome.json, unless the job dir cannot be written (the run is then logged directly)."""
+    try:
+        write_json_atomic(job_dir / "outcome.json", outcome)
+    except OSError as exc:
+        outcome.setdefault("spool_error", f"{type(exc).__name__}: {exc}"[:2000])
+
+
+def _log_unspooled(
+    uri: str, payload: dict[str, Any], artifacts: list[Path], spool_error: str
+) -> str:
+    """Log a run whose job dir could not hold its spool: straight to the store, with the job
+    dir's files that exist as artifacts and the reason in a `spool_error` tag."""
+    from distbench.tracking.mlflow_store import ensure_experiment, log_child_run
+
+    return log_child_run(
+        uri,
+        ensure_experiment(uri, payload["experiment_name"]),
+        payload["run_name"],
+        params=payload["params"],
+        metrics=payload["metrics"],
+        tags={**payload["tags"], "spool_error": spool_error},
+        artifacts=[p for p in artifacts if p.is_file()],
+        failed=payload["failed"],
+        parent_run_id=payload["parent_run_id"],
+        series=[tuple(s) for s in payload["series"]],
+    )

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from distbench.compose.schema import validate
+from distbench.job import resolve_job
 from distbench.orchestrator import run_job
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
 
@@ -78,7 +78,7 @@ def check_metrics(metrics: dict, dp: int) -> None:
 
 def test_data_parallel_replicas_decode_their_own_rows(tmp_path):
     cfg, metrics, result = run(tmp_path, "dp")
-    assert validate(cfg).dp == 2
+    assert resolve_job(cfg, CONF_DIR).layout.dp == 2
     check_metrics(metrics, dp=2)
     reference = single_device_decode(cfg, num_rows=2 * BATCH)["tokens"].tolist()
     assert sorted(result["first_step"]) == ["0", "1"]
@@ -88,7 +88,7 @@ def test_data_parallel_replicas_decode_their_own_rows(tmp_path):
 
 def test_tensor_parallel_equals_single_device_greedy_decode(tmp_path):
     cfg, metrics, result = run(tmp_path, "tp")
-    assert validate(cfg).tp == 2
+    assert resolve_job(cfg, CONF_DIR).layout.tp == 2
     check_metrics(metrics, dp=1)
     assert [r["tp_rank"] for r in result["ranks"]] == [0, 1]
     # each rank holds half of every split projection (embeddings and norms stay whole)

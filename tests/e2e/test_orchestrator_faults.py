@@ -118,3 +118,24 @@ def test_a_resumed_sweep_reports_the_whole_grid_with_the_earlier_figures(tmp_pat
         latest.parent_run_id
         != load_runs(uri, latest.runs[0].data.tags["mlflow.parentRunId"]).parent_run_id
     )
+
+
+def test_a_job_dir_that_cannot_be_written_still_lands_its_failed_run(tmp_path, monkeypatch):
+    # Root ignores a read-only mode, so the job dir is made unwritable the way a vanished or
+    # replaced mount is: its path runs through a regular file.
+    from distbench.orchestrator import run_job
+    from tests.conftest import CONF_DIR, compose_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gone").write_text("not a directory")
+    job_dir = tmp_path / "gone" / "0"
+    cfg = compose_config([*FEW_STEPS, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"])
+    outcome = run_job(cfg, job_dir, CONF_DIR, PROJECT_DIR)
+    assert outcome["status"] == "FAILED" and outcome["failure_kind"] == "orchestrator_error"
+    assert "NotADirectoryError" in outcome["spool_error"]
+    runs = runs_of(tmp_path)
+    assert len(runs) == 1 and runs.iloc[0]["run_id"] == outcome["run_id"]
+    run = runs.iloc[0]
+    assert run["status"] == "FAILED" and run["tags.failure_kind"] == "orchestrator_error"
+    assert "NotADirectoryError" in run["tags.spool_error"]
+    assert run["params.strategy.name"] == "dp"

@@ -166,3 +166,82 @@ def test_two_sweeps_at_once_against_one_fresh_sqlite_store(tmp_path):
     assert (runs[runs["tags.mlflow.parentRunId"].notna()]["status"] == "FAILED").all()
     with sqlite3.connect(tmp_path / "mlflow.db") as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+ONE_JOB = ["-m", "strategy=dp", "world_size=2", "model=tiny"]
+ONE_JOB += ["workload.num_warmup_steps=0", "workload.num_steps=2"]
+
+
+def test_retry_failed_into_the_same_sweep_dir_logs_the_retry_as_a_linked_new_attempt(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    args = [*ONE_JOB, f"hydra.sweep.dir={sweep_dir}"]
+    # limits are not part of the signature: the same job, killed the first time
+    first = run_py([*args, "limits.max_mem_gib=0.001"], tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert outcome(sweep_dir, 0)["status"] == "FAILED"
+    failed_run = outcome(sweep_dir, 0)["run_id"]
+    retry = run_py([*args, "resume=true", "retry_failed=true"], tmp_path)
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    assert outcome(sweep_dir, 0)["status"] == "FINISHED"
+    runs = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
+    assert sorted(runs["status"]) == ["FAILED", "FINISHED"]
+    finished = runs[runs["status"] == "FINISHED"].iloc[0]
+    assert finished["run_id"] == outcome(sweep_dir, 0)["run_id"]
+    assert finished["tags.distbench.attempt"] == "2"
+    assert finished["tags.distbench.previous_run_id"] == failed_run
+    assert finished["metrics.step_time_s_p50"] > 0
+    sync = subprocess.run(
+        [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)],
+        env=dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sync.returncode == 0 and "0 uploaded, 1 already in the store" in sync.stdout
+    assert len(runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])) == 2
+
+
+REFUSED = ["-m", "strategy=tp", "world_size=3,5", *FEW_STEPS]  # refused before launch: fast
+
+
+def test_a_quote_in_the_sweep_dir_a_symlink_and_a_secret_override(tmp_path):
+    sweep_dir = tmp_path / "it's"
+    proc = run_py(
+        [*REFUSED, "+zero_optimization.api_key=s3cr3t", f'hydra.sweep.dir="{sweep_dir}"'],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sweep_dir.is_dir()
+    runs = runs_of(tmp_path)
+    parents = runs[runs["tags.mlflow.parentRunId"].isna()]
+    kids = runs[runs["tags.mlflow.parentRunId"].notna()]
+    assert len(parents) == 1 and len(kids) == 2
+    assert all("tracking_error" not in outcome(sweep_dir, j) for j in (0, 1))
+    overrides = parents.iloc[0]["tags.overrides"]
+    assert "s3cr3t" not in overrides and "+zero_optimization.api_key=***" in overrides
+    link = tmp_path / "link"
+    link.symlink_to(sweep_dir)
+    sync = subprocess.run(
+        [sys.executable, "-m", "distbench.cli", "sync", str(link)],
+        env=dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sync.returncode == 0, sync.stderr[-2000:]
+    assert "0 uploaded, 2 already in the store" in sync.stdout
+    assert len(runs_of(tmp_path)) == 3
+
+
+def test_a_down_server_costs_one_probe_and_its_password_is_never_printed(tmp_path):
+    uri = f"http://alice:s3cr3t@127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    proc = run_py(
+        [*REFUSED, f"hydra.sweep.dir={tmp_path}/sweep"], tmp_path, env={"MLFLOW_TRACKING_URI": uri}
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "s3cr3t" not in proc.stdout + proc.stderr
+    assert "distbench sync" in proc.stdout
+    assert all("tracking_error" in outcome(tmp_path / "sweep", j) for j in (0, 1))
+    assert elapsed < 60, elapsed  # was ~40 s per store call: parent, then each job

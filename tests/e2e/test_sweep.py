@@ -54,7 +54,7 @@ TAGS = [
 def run_py(
     args: list[str], tmp_path, timeout_s: float = 1200, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db", **(env or {}))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", **(env or {})}
     return subprocess.run(
         [sys.executable, str(PROJECT_DIR / "run.py"), *args],
         cwd=tmp_path,

@@ -8,9 +8,8 @@ import dataclasses
 import json
 
 import pytest
-from omegaconf import OmegaConf
 
-from distbench.compose.schema import Layout, validate
+from distbench.compose.schema import HardwareConfig
 from distbench.figures import analytic
 from distbench.figures.analytic import (
     Memory,
@@ -25,22 +24,24 @@ from distbench.figures.analytic import (
     recommend,
     state_bytes_per_param,
     tp_comm_bytes,
+    zero_equivalent_stage,
     zero_model_states_bytes,
 )
 from distbench.figures.metrics import GIB
-from tests.conftest import compose_config
+from distbench.job import Job, Layout, resolve_job
+from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
 
-H100 = {
-    "name": "h100_sxm",
-    "device": "cuda",
-    "peak_tflops_fp32": 67.0,
-    "peak_tflops_bf16": 989.0,
-    "mem_gib": 79.6,
-    "interconnect_gbps": 900.0,
-    "price_usd_per_hour": 6.88,
-}
+H100 = HardwareConfig(
+    name="h100_sxm",
+    device="cuda",
+    peak_tflops_fp32=67.0,
+    peak_tflops_bf16=989.0,
+    mem_gib=79.6,
+    interconnect_gbps=900.0,
+    price_usd_per_hour=6.88,
+)
 
 
 def _total_gb(stage: int) -> float:
@@ -108,9 +109,14 @@ def test_pipeline_bubble_by_hand():
     assert pipeline_bubble_fraction(2, 2) == pytest.approx(1 / 3)
 
 
-def _predict(overrides: list[str], hardware: dict | None = None) -> Prediction:
-    cfg = compose_config(overrides)
-    return predict(cfg, validate(cfg), hardware or H100)
+def _job(overrides: list[str], hardware: HardwareConfig | None = None) -> Job:
+    """The resolved job on `hardware` (H100 unless given), whatever this host is."""
+    job = resolve_job(compose_config(["hardware=h100_sxm", *overrides]), CONF_DIR)
+    return job.replace(hardware=hardware or H100)
+
+
+def _predict(overrides: list[str], hardware: HardwareConfig | None = None) -> Prediction:
+    return predict(_job(overrides, hardware))
 
 
 def test_predict_llama3_8b_dp_is_the_zero_formula_plus_activations():
@@ -141,7 +147,7 @@ def test_offload_moves_states_off_a_gpu_but_not_off_a_cpu():
     assert off.time_s["offload"] > 0
     z3off = _predict([*base, "strategy=zero3_offload"])
     assert z3off.mem.params < _predict([*base, "strategy=zero3"]).mem.params
-    cpu = {"name": "cpu", "device": "cpu", "peak_tflops_fp32": 0.1, "price_usd_per_hour": 0.09}
+    cpu = HardwareConfig(name="cpu", device="cpu", peak_tflops_fp32=0.1, price_usd_per_hour=0.09)
     on_cpu = _predict(["strategy=zero2_offload"], cpu)
     assert on_cpu.mem.host == 0 and on_cpu.mem.optimizer > 0 and on_cpu.time_s["offload"] == 0
 
@@ -149,7 +155,7 @@ def test_offload_moves_states_off_a_gpu_but_not_off_a_cpu():
 def test_doubling_num_layers_doubles_the_per_layer_terms_only():
     base = ["model=llama3_8b", "world_size=8", "strategy=tp", "workload.dtype=bf16"]
     one, two = _predict(base), _predict([*base, "model.num_layers=64"])
-    split = analytic.param_split(compose_config(base).model)
+    split = analytic.param_split(_job(base).model)
     logits = logits_bytes(128, 2, 128256, tp=2)
     assert two.mem.activations - logits == pytest.approx(2 * (one.mem.activations - logits))
     assert two.comm_bytes["tp"] == pytest.approx(2 * one.comm_bytes["tp"])
@@ -206,14 +212,26 @@ def test_recommend_prefers_less_sharding_within_two_percent_and_none_when_nothin
     assert best is None and "zero3 at 90.0 of 80.0 GiB" in reason
 
 
+def test_torch_engine_is_sharded_like_its_zero_equivalent():
+    stages = {
+        s: zero_equivalent_stage(_job([f"strategy={s}", "world_size=2"]))
+        for s in ("ddp", "fsdp", "dp", "zero1", "zero2", "zero3")
+    }
+    assert stages == {"ddp": 0, "fsdp": 3, "dp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
+    assert zero_equivalent_stage(_job(["strategy=single", "world_size=1"])) == 0
+    base = ["model=llama3_8b", "world_size=8", "workload.dtype=bf16"]
+    fsdp, zero3 = _predict([*base, "strategy=fsdp"]), _predict([*base, "strategy=zero3"])
+    assert fsdp.layout.zero_stage == 3 and fsdp.mem == zero3.mem
+    assert fsdp.comm_bytes == zero3.comm_bytes
+    ddp, dp = _predict([*base, "strategy=ddp"]), _predict([*base, "strategy=dp"])
+    assert ddp.layout.zero_stage == 0 and ddp.mem == dp.mem
+
+
 def test_pred_vs_measured_adds_the_cpu_runtime_and_gives_relative_errors():
-    cfg = compose_config(["model=tiny", "hardware=cpu"])
-    layout = validate(cfg)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["hardware"]["peak_tflops_fp32"] = 0.166
-    resolved["layout"] = layout.as_dict()
-    pred = predict(resolved, resolved["layout"], resolved["hardware"])
-    out = pred_vs_measured(resolved, layout, {"peak_mem_gib": 0.73, "step_time_s_p50": 1.03})
+    job = resolve_job(compose_config(["model=tiny", "hardware=cpu"]), CONF_DIR)
+    job = job.replace(hardware=dataclasses.replace(job.hardware, peak_tflops_fp32=0.166))
+    pred = predict(job)
+    out = pred_vs_measured(job, {"peak_mem_gib": 0.73, "step_time_s_p50": 1.03})
     expected_mem = pred.mem.total / GIB + analytic.CPU_RUNTIME_OVERHEAD_GIB
     assert out["pred_peak_mem_gib"] == pytest.approx(expected_mem)
     assert out["mem_pred_rel_err"] == pytest.approx((expected_mem - 0.73) / 0.73)
@@ -221,8 +239,8 @@ def test_pred_vs_measured_adds_the_cpu_runtime_and_gives_relative_errors():
     assert out["pred_comm_bytes_per_step"] == pred.comm_bytes_per_step > 0
     json.dumps(out)
     # without a peak there is no time prediction, and no error is made up
-    resolved["hardware"]["peak_tflops_fp32"] = None
-    assert set(pred_vs_measured(resolved, layout, {"peak_mem_gib": 0.7})) == {
+    job = job.replace(hardware=dataclasses.replace(job.hardware, peak_tflops_fp32=None))
+    assert set(pred_vs_measured(job, {"peak_mem_gib": 0.7})) == {
         "pred_peak_mem_gib",
         "pred_comm_bytes_per_step",
         "mem_pred_rel_err",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 
@@ -10,7 +12,9 @@ import pytest
 
 from distbench.launch.workers import (
     classify_failure,
+    clear_attempt_files,
     free_port,
+    job_ports,
     remove_shm_leftovers,
     run_workers,
     worker_command,
@@ -141,3 +145,125 @@ def test_a_rank_exiting_without_an_error_file_is_named():
     )
     kind, reason = classify_failure(1, [], tail)
     assert kind == "crash" and reason.startswith("rank 3 exited with code 1")
+
+
+def live_processes_mentioning(text: str) -> list[str]:
+    """Processes whose command line names `text`, zombies aside (they have exited)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and text in " ".join(
+            proc.info["cmdline"] or []
+        ):
+            found.append(f"{proc.pid} {proc.info['status']} {proc.info['cmdline']}")
+    return found
+
+
+def test_an_earlier_attempts_files_are_cleared_and_the_config_kept(tmp_path):
+    attempt = [
+        "result.json",
+        "result.json.tmp",
+        "error.rank1.json",
+        "error.rank0.json.tmp",
+        "stack.rank0.txt",
+        "progress.jsonl",
+        "workers.stdout.log",
+        "workers.stderr.log",
+        "stderr_tail.txt",
+        "heartbeat/rank0",
+        "heartbeat/rank1",
+    ]
+    kept = ["resolved.yaml", "outcome.json", "mlflow_run.json", "upload/resolved.yaml"]
+    for name in attempt + kept:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    clear_attempt_files(tmp_path)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == sorted(kept)
+    assert not (tmp_path / "heartbeat").exists()
+
+
+def test_run_workers_never_reads_a_stale_result(tmp_path):
+    (tmp_path / "result.json").write_text('{"status": "ok"}')  # an earlier attempt's
+    script = "import sys; print('boom', file=sys.stderr); sys.exit(1)"
+    outcome = run_workers(tmp_path, [sys.executable, "-c", script], {}, timeout_s=30)
+    assert not outcome.ok and outcome.failure_kind == "crash"
+
+
+def test_job_ports_are_read_from_both_launch_command_lines():
+    assert job_ports(worker_command("/tmp/job", 2, 29555)) == [29555]
+    assert job_ports(["--rdzv_endpoint=node07:41234", "--nnodes=2"]) == [41234]
+
+
+def two_rank_torchrun(script, out_dir) -> list[str]:
+    """A real torchrun of `script` on 2 ranks, each given `out_dir`."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        str(script),
+        str(out_dir),
+    ]
+
+
+STOPPING_RANKS = """
+import os, pathlib, signal, sys, time
+rank = os.environ["RANK"]
+pathlib.Path(sys.argv[1], "started.rank" + rank).write_text(str(os.getpid()))
+if rank == "1":
+    os.kill(os.getpid(), signal.SIGSTOP)  # a hang no signal but SIGKILL ends
+time.sleep(600)
+"""
+
+
+def test_a_stopped_rank_in_its_own_session_is_killed_with_the_group(tmp_path):
+    # torch's agent starts each rank in a session of its own: killing torchrun's process group
+    # misses them, and a stopped rank does not act on the SIGTERM torchrun forwards.
+    script = tmp_path / "ranks.py"
+    script.write_text(STOPPING_RANKS)
+    cmd = two_rank_torchrun(script, tmp_path)
+
+    def both_started_and_one_stopped(pid: int) -> tuple[str, str] | None:
+        started = sorted(tmp_path.glob("started.rank*"))
+        if len(started) < 2:
+            return None
+        stopped = psutil.Process(int((tmp_path / "started.rank1").read_text())).status()
+        return ("timeout", "rank 1 stopped") if stopped == psutil.STATUS_STOPPED else None
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    outcome = run_workers(tmp_path, cmd, env, 120, watchdog=both_started_and_one_stopped)
+    assert live_processes_mentioning(str(script)) == []
+    assert outcome.failure_reason == "rank 1 stopped; all ranks killed", outcome.stderr_tail
+    assert outcome.survivors == []
+
+
+SLEEPING_RANKS = """
+import os, pathlib, sys, time
+pathlib.Path(sys.argv[1], "started.rank" + os.environ["RANK"]).write_text(str(os.getpid()))
+time.sleep(600)
+"""
+
+
+def test_a_killed_launcher_is_named_as_the_cause_and_its_ranks_die_with_it(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(SLEEPING_RANKS)
+    cmd = two_rank_torchrun(script, tmp_path)
+
+    def kill_torchrun_once_ranks_run(pid: int) -> None:
+        if len(list(tmp_path.glob("started.rank*"))) == 2:
+            os.kill(pid, signal.SIGKILL)  # as the OOM killer or an admin would
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    outcome = run_workers(tmp_path, cmd, env, 120, watchdog=kill_torchrun_once_ranks_run)
+    assert not outcome.ok and outcome.returncode == -signal.SIGKILL
+    assert outcome.failure_kind == "crash"
+    assert outcome.failure_reason.startswith("the launcher (torchrun) was killed by SIGKILL")
+    assert live_processes_mentioning(str(script)) == []
+
+
+def test_a_launcher_killed_by_the_oom_killer_is_an_oom():
+    assert classify_failure(-9, [], "", oom_killed=True)[0] == "oom"
+    assert classify_failure(-15, [], "")[1].startswith(
+        "the launcher (torchrun) was killed by SIGTERM"
+    )

@@ -67,3 +67,22 @@ def test_strategy_override_picks_the_strategies_and_auto_works_on_this_host():
         assert plan.hardware["peak_tflops_fp32"] > 0 and plan.hardware["mem_gib"] > 0
         assert all(p.fits and p.step_time_s > 0 for p in plan.predictions)
     assert plan.recommendation == "dp"  # the tiny model fits: least communication wins
+
+
+def test_a_workload_without_a_model_is_refused_not_predicted():
+    plan = make_plan(["workload=gemm", "hardware=cpu"], ["dp"])
+    assert plan.predictions == [] and plan.recommendation is None
+    assert "workload=gemm builds no model" in plan.refused["dp"]
+
+
+def test_the_plan_predicts_the_resolved_job_on_the_plans_hardware():
+    plan = make_plan(["hardware=cpu", "world_size=2"], ["ddp", "fsdp", "zero2"])
+    layouts = {p.strategy: p.layout for p in plan.predictions}
+    # the torch engine has no ZeRO stage; the plan shows how sharded it is (fsdp like ZeRO-3)
+    assert {s: layout.zero_stage for s, layout in layouts.items()} == {
+        "ddp": 0,
+        "fsdp": 3,
+        "zero2": 2,
+    }
+    assert plan.hardware["name"] == "cpu" and plan.hardware["mem_gib"] > 0
+    assert "detected" not in plan.hardware  # a resolution note appears only when set

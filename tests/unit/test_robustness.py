@@ -135,9 +135,9 @@ def test_validation_accepts_or_refuses_in_one_line_never_crashes(
         assert message and "\n" not in message
         return
     layout = job.layout
-    # strategy=single runs on one device whatever world_size the sweep asked for (the composed
-    # strategy decides, also for a raw workload, as run.py always did)
-    single = cfg.strategy.name == "single"
+    # strategy=single pins a model workload to one device whatever world_size the sweep asked
+    # for; raw workloads (gemm, collectives) have no strategy and keep their world_size
+    single = cfg.strategy.name == "single" and job.builds_model
     assert layout.world_size == (1 if single else cfg.world_size) >= 1
     assert job.world_size_requested == (cfg.world_size if single and cfg.world_size != 1 else None)
     assert layout.dp * layout.tp * layout.pp == layout.world_size

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig
 
 from distbench.compose.schema import (
     DTYPES,
@@ -20,6 +22,9 @@ from distbench.compose.schema import (
     TRACKING_BACKENDS,
     ConfigError,
 )
+
+if TYPE_CHECKING:
+    from distbench.job import Topology
 
 
 def one_of(what: str, value: Any, allowed: tuple) -> None:
@@ -50,7 +55,7 @@ def resolve_degrees(world_size: int, dp: int, tp: int, pp: int) -> tuple[int, in
     return dp, tp, pp
 
 
-def common(cfg: Any) -> None:
+def common(cfg: DictConfig) -> None:
     """What every job checks: tracking backend, peak source, step counts, limits.* (positive,
     finite times; a positive memory cap) and fault.* (a fault on an existing rank)."""
     one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
@@ -72,7 +77,7 @@ def common(cfg: Any) -> None:
         raise ConfigError(f"fault.rank={fault.rank} is not a rank of world_size({cfg.world_size})")
 
 
-def model_choices(model: Any, strategy: Any, workload: Any) -> None:
+def model_choices(model: DictConfig, strategy: DictConfig, workload: DictConfig) -> None:
     """Engine, dtype and model family: the choices of every workload that builds a model."""
     one_of("strategy.engine", strategy.engine, ENGINES)
     one_of("workload.dtype", workload.dtype, DTYPES)
@@ -120,7 +125,7 @@ def no_fp16_on_cpu(device: str, dtype: str) -> None:
         raise ConfigError("workload.dtype='fp16' does not run on CPU; use fp32 or bf16")
 
 
-def resolve_num_nodes(cfg: Any) -> int:
+def resolve_num_nodes(cfg: DictConfig) -> int:
     """num_nodes, or when unset the fewest nodes whose devices hold world_size ranks."""
     if cfg.num_nodes is not None:
         return cfg.num_nodes
@@ -134,7 +139,7 @@ def tp_spans_nodes(tp: int, per_node: int) -> bool:
     return tp > 1 and per_node % tp != 0
 
 
-def topology(cfg: Any, tp: int = 1) -> Any:
+def topology(cfg: DictConfig, tp: int = 1) -> Topology:
     """Nodes × ranks per node: num_nodes divides world_size, a node holds no more ranks than the
     hardware has devices, and TP stays inside a node (its all-reduces run every layer: across
     nodes they leave NVLink) unless tp_across_nodes=true. Returns the job's Topology."""

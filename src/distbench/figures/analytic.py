@@ -25,16 +25,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
-from distbench.compose.schema import Layout
+from distbench.compose.schema import ModelConfig
 from distbench.figures.metrics import (
     GIB,
     cost_usd_per_1m_tokens,
     tokens_per_step,
     train_flops_per_token,
 )
+from distbench.job import Job, Layout
 from distbench.ranks.models import count_params
 
 GB = 1e9
@@ -171,12 +171,11 @@ class ParamSplit:
     largest_matrix: int  # the biggest single weight ZeRO-3 gathers at once
 
 
-def param_split(model_cfg: Any) -> ParamSplit:
+def param_split(model_cfg: ModelConfig) -> ParamSplit:
     """Split models.count_params (checked against the built model in tests) into layers and
     the rest, by counting the same architecture with zero layers."""
-    model_cfg = _attrs(model_cfg)
     counts = count_params(model_cfg)
-    outside = count_params(SimpleNamespace(**{**vars(model_cfg), "num_layers": 0}))["total"]
+    outside = count_params(dataclasses.replace(model_cfg, num_layers=0))["total"]
     table = model_cfg.vocab_size * model_cfg.hidden_size
     head = outside - counts["embedding"] + (table if model_cfg.tie_word_embeddings else 0)
     return ParamSplit(
@@ -414,17 +413,24 @@ class Prediction:
         }
 
 
+def zero_equivalent_stage(job: Job) -> int:
+    """How sharded the model states are, as a ZeRO stage: DeepSpeed's stage when it runs; on
+    the torch engine FSDP (fully_shard) shards parameters, gradients and optimizer states like
+    ZeRO-3, and DDP or one device replicate them (0)."""
+    if job.layout.zero_stage is not None:
+        return job.layout.zero_stage
+    return 3 if job.strategy is not None and job.strategy.data_parallel == "fsdp" else 0
+
+
 def predict(
-    cfg: Any,
-    layout: Layout | dict,
-    hardware: dict,
+    job: Job,
     *,
     efficiency: float | None = None,
     bandwidth_gbps: float | None = None,
     latency_s: float | None = None,
     recompute: bool = False,
 ) -> Prediction:
-    """Predict one resolved config (a composed DictConfig or resolved.yaml's dict) on a layout.
+    """Predict one training job (its model, batch, layout and resolved hardware).
 
     step time = compute + pipeline bubble + exposed communication + offload, where
       compute  = model FLOPs per token (metrics.train_flops_per_token: 6N + 12·L·h·s) × this
@@ -432,26 +438,23 @@ def predict(
       bubble   = compute × (p−1)/m, i.e. (p−1)/(m+p−1) of the pipelined time
       comm     = α-β time of every byte: conf/ds_zero sets overlap_comm false, so nothing hides
       offload  = host-link traffic at HOST_LINK_GBPS + the host Adam (GPU devices only)
-    `hardware` is resolved (hardware.resolve_hardware): peak_tflops_<dtype>, mem_gib,
-    interconnect_gbps (GB/s), price_usd_per_hour. Without a peak, times are None."""
-    if isinstance(layout, dict):
-        layout = Layout(
-            **{k: int(layout[k]) for k in ("world_size", "dp", "tp", "pp", "zero_stage")}
-        )
-    model, batch, strategy = _attrs(cfg["model"]), cfg["batch"], cfg["strategy"]
-    if strategy.get("engine") == "torch" and strategy.get("data_parallel") == "fsdp":
-        # FSDP (fully_shard) shards parameters, gradients and optimizer states like ZeRO-3
-        layout = dataclasses.replace(layout, zero_stage=3)
-    dtype = cfg["workload"]["dtype"]
-    device = hardware.get("device", "cuda")
+    job.hardware is resolved (hardware.resolve_hardware): peak_tflops_<dtype>, mem_gib,
+    interconnect_gbps (GB/s), price_usd_per_hour. Without a peak, times are None. The
+    prediction's layout carries zero_equivalent_stage as its zero_stage."""
+    model, batch, strategy, hardware = job.model, job.batch, job.strategy, job.hardware
+    if model is None or batch is None or strategy is None:
+        raise ValueError(f"workload={job.workload.name} builds no model: nothing to predict")
+    layout = dataclasses.replace(job.layout, zero_stage=zero_equivalent_stage(job))
+    dtype = job.dtype
+    device = job.device
     device_is_host = device == "cpu"
     split = param_split(model)
-    s, b, m = int(batch["seq_len"]), int(batch["micro_batch_size"]), int(batch["grad_accum_steps"])
+    s, b, m = batch.seq_len, batch.micro_batch_size, batch.grad_accum_steps
     h = model.hidden_size
     state = state_bytes_per_param(dtype)
     act_bytes = DTYPE_BYTES[dtype]
-    offload_optimizer = strategy["offload_optimizer"] != "none"
-    offload_param = strategy["offload_param"] != "none"
+    offload_optimizer = strategy.offload_optimizer != "none"
+    offload_param = strategy.offload_param != "none"
 
     mem = memory_per_device(
         split,
@@ -467,9 +470,9 @@ def predict(
         offload_param=offload_param,
         device_is_host=device_is_host,
         recompute=recompute,
-        attention_scores_stored=getattr(model, "attn_implementation", "sdpa") == "eager",
+        attention_scores_stored=model.attn_implementation == "eager",
     )
-    mem_gib = hardware.get("mem_gib")
+    mem_gib = hardware.mem_gib
     device_mem_bytes = None if mem_gib is None else float(mem_gib) * GIB
 
     shard = params_per_model_shard(split, layout.tp, layout.pp)
@@ -488,7 +491,7 @@ def predict(
         ),
         "pp": pp_comm_bytes(layout.pp, b, s, h, act_bytes=act_bytes, num_micro=m),
     }
-    zero_block = cfg.get("zero_optimization") or {}
+    zero_block = job.zero_optimization or {}
     bucket = float(zero_block.get("reduce_bucket_size", DEFAULT_BUCKET_ELEMENTS))
     buckets = math.ceil(shard / bucket) if layout.dp > 1 else 0
     # Collectives per step: gradient buckets (reduce, plus the all-gather of updated params
@@ -515,7 +518,7 @@ def predict(
     flops = train_flops_per_token(split.matmul, split.num_layers, h, s)
     num_tokens = tokens_per_step(b, m, s, layout.dp)
     eff = efficiency if efficiency is not None else DEFAULT_EFFICIENCY.get(device, 0.4)
-    bw = bandwidth_gbps or hardware.get("interconnect_gbps") or DEFAULT_CPU_INTERCONNECT_GBPS
+    bw = bandwidth_gbps or hardware.interconnect_gbps or DEFAULT_CPU_INTERCONNECT_GBPS
     alpha = latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(device, 10e-6)
     assumptions = {
         "efficiency": eff,
@@ -524,7 +527,7 @@ def predict(
         "recompute": recompute,
     }
 
-    peak = hardware.get(f"peak_tflops_{dtype}")
+    peak = getattr(hardware, f"peak_tflops_{dtype}")
     time_s: dict[str, float] = {}
     step = tokens_s = cost = None
     if peak:
@@ -539,10 +542,10 @@ def predict(
         step = sum(time_s.values())
         tokens_s = num_tokens / step
         cost = cost_usd_per_1m_tokens(
-            layout.world_size, float(hardware.get("price_usd_per_hour") or 0.0), step, num_tokens
+            layout.world_size, float(hardware.price_usd_per_hour or 0.0), step, num_tokens
         )
     return Prediction(
-        strategy=str(strategy["name"]),
+        strategy=strategy.name,
         layout=layout,
         num_params=num_params,
         mem=mem,
@@ -606,7 +609,7 @@ def recommend(predictions: list[Prediction]) -> tuple[str | None, str]:
     return best.strategy, reason + (f"; {not_fitting}" if not_fitting else "")
 
 
-def pred_vs_measured(resolved: dict, layout: Layout | dict, metrics: dict) -> dict[str, float]:
+def pred_vs_measured(job: Job, metrics: dict[str, float]) -> dict[str, float]:
     """Predicted figures for a finished job and their relative errors against what it measured:
     `pred_peak_mem_gib`, `pred_step_time_s`, `pred_comm_bytes_per_step`, and
     `mem_pred_rel_err` = (pred − measured)/measured against `peak_mem_gib`,
@@ -617,8 +620,8 @@ def pred_vs_measured(resolved: dict, layout: Layout | dict, metrics: dict) -> di
     runtime (~0.3–0.5 GiB per process), so the CPU prediction adds CPU_RUNTIME_OVERHEAD_GIB.
     On CPU the model also leaves the library defaults as assumptions (efficiency, loopback
     bandwidth); the errors say how good they were."""
-    pred = predict(resolved, layout, resolved["hardware"])
-    overhead = CPU_RUNTIME_OVERHEAD_GIB if resolved["hardware"].get("device") == "cpu" else 0.0
+    pred = predict(job)
+    overhead = CPU_RUNTIME_OVERHEAD_GIB if job.device == "cpu" else 0.0
     out = {
         "pred_peak_mem_gib": pred.mem.total / GIB + overhead,
         "pred_comm_bytes_per_step": pred.comm_bytes_per_step,
@@ -642,19 +645,3 @@ def _rank(strategy: str) -> int:
 
 def _gib(num_bytes: float | None) -> str:
     return "?" if num_bytes is None else f"{num_bytes / GIB:.1f}"
-
-
-def _attrs(node: Any) -> Any:
-    """Attribute access for a plain dict (resolved.yaml); DictConfigs and namespaces pass."""
-    if isinstance(node, dict):
-        return SimpleNamespace(**node)
-    if isinstance(node, SimpleNamespace):
-        return node
-    try:  # an OmegaConf DictConfig: a plain copy, so count_params never sees MISSING magic
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(node, DictConfig):
-            return SimpleNamespace(**OmegaConf.to_container(node, resolve=True))
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    return node

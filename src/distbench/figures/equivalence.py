@@ -11,12 +11,14 @@ cached per model, batch, dtype, seed and number of rows, so a sweep computes it 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+
+from distbench.job import Job
 
 CACHE = Path.home() / ".cache" / "distbench" / "reference_losses.json"
 # Relative tolerance on the first-step loss. fp32: sharded reductions add in another order;
@@ -31,47 +33,46 @@ def rel_err(value: float, reference: float) -> float:
     return abs(value - reference) / abs(reference)
 
 
-def reference_key(resolved: dict[str, Any]) -> str:
+def reference_key(job: Job) -> str:
     """What the reference depends on: model, batch, dtype, seed, and the global batch's rows."""
-    layout, batch = resolved["layout"], resolved["batch"]
+    batch = job.batch
     parts = {
-        "model": resolved["model"],
-        "rows": layout["dp"] * batch["micro_batch_size"],
-        "grad_accum_steps": batch["grad_accum_steps"],
-        "seq_len": batch["seq_len"],
-        "dtype": resolved["workload"]["dtype"],
-        "seed": resolved["workload"]["seed"],
+        "model": dataclasses.asdict(job.model),
+        "rows": job.layout.dp * batch.micro_batch_size,
+        "grad_accum_steps": batch.grad_accum_steps,
+        "seq_len": batch.seq_len,
+        "dtype": job.dtype,
+        "seed": job.workload.seed,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def compute_reference(resolved: dict[str, Any]) -> float:
+def compute_reference(job: Job) -> float:
     """The unsplit model's mean loss over step 0's micro-batches (runs torch: subprocess only)."""
     import torch
-    from omegaconf import OmegaConf
 
     from distbench.ranks.models import build_model
     from distbench.workloads.train.workload import global_batch
 
-    cfg = OmegaConf.create(resolved)
     torch.set_num_threads(1)
-    model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed)
+    model = build_model(job.model, job.dtype, job.workload.seed)
     tokens = global_batch(
-        cfg.workload.seed,
+        job.workload.seed,
         0,
-        cfg.batch.grad_accum_steps,
-        cfg.layout.dp * cfg.batch.micro_batch_size,
-        cfg.batch.seq_len,
-        cfg.model.vocab_size,
+        job.batch.grad_accum_steps,
+        job.layout.dp * job.batch.micro_batch_size,
+        job.batch.seq_len,
+        job.model.vocab_size,
     )
     with torch.no_grad():
         losses = [model(input_ids=mb, labels=mb).loss.float().item() for mb in tokens]
     return sum(losses) / len(losses)
 
 
-def reference_loss(resolved: dict[str, Any], job_dir: Path, timeout_s: float = 600) -> float:
-    """The cached reference, or computed now in a subprocess and cached."""
-    key = reference_key(resolved)
+def reference_loss(job: Job, job_dir: Path, timeout_s: float = 600) -> float:
+    """The cached reference, or computed now in a subprocess (from job_dir's resolved.yaml,
+    which holds `job`) and cached."""
+    key = reference_key(job)
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     if key not in cache:
         out = subprocess.run(
@@ -91,27 +92,23 @@ def reference_loss(resolved: dict[str, Any], job_dir: Path, timeout_s: float = 6
 
 
 def check(
-    resolved: dict[str, Any], loss_first: float, num_params: float, job_dir: Path
+    job: Job, loss_first: float, num_params: float, job_dir: Path
 ) -> tuple[dict[str, float], dict[str, str]]:
     """(metrics, tags) of the equivalence check: loss_first_single, loss_rel_err_vs_single;
     tags equivalent=true|false|unchecked and equivalence_tolerance (or why unchecked)."""
-    dtype = resolved["workload"]["dtype"]
     if num_params > MAX_REFERENCE_PARAMS:
         return {}, {
             "equivalent": "unchecked",
             "equivalence_note": f"{num_params:.3g} params > {MAX_REFERENCE_PARAMS:.3g}: "
             "no single-device reference",
         }
-    reference = reference_loss(resolved, job_dir)
+    reference = reference_loss(job, job_dir)
     err = rel_err(loss_first, reference)
-    tolerance = TOLERANCE[dtype]
+    tolerance = TOLERANCE[job.dtype]
     metrics = {"loss_first_single": reference, "loss_rel_err_vs_single": err}
     tags = {"equivalent": str(err <= tolerance).lower(), "equivalence_tolerance": f"{tolerance:g}"}
     return metrics, tags
 
 
 if __name__ == "__main__":
-    from omegaconf import OmegaConf
-
-    resolved_cfg = OmegaConf.to_container(OmegaConf.load(Path(sys.argv[1]) / "resolved.yaml"))
-    print(json.dumps({"loss_first_single": compute_reference(resolved_cfg)}))
+    print(json.dumps({"loss_first_single": compute_reference(Job.load(Path(sys.argv[1])))}))

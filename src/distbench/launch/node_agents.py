@@ -4,7 +4,8 @@
 cluster: every agent is the exact torchrun command that `srun` starts once per node, meeting the
 others at a c10d rendezvous on 127.0.0.1. The agents are this process's children, so the
 orchestrator's watchdog finds every rank under one pid, and one agent failing stops the others
-(as `srun --kill-on-bad-exit` does on a cluster).
+(as `srun --kill-on-bad-exit` does on a cluster). The agents die with this process (its own
+parent-death signal is armed by run_workers; launch/lifeline.py).
 
     python -m distbench.launch.node_agents 2 -- python -m torch.distributed.run --nnodes=2 ..
 """
@@ -16,13 +17,15 @@ import subprocess
 import sys
 import time
 
+from distbench.launch.lifeline import die_with_parent
+
 POLL_S = 0.2
 
 
 def run_agents(num_nodes: int, agent_cmd: list[str]) -> int:
     """Start `num_nodes` copies of agent_cmd; wait for all; return the first non-zero exit code
     (after stopping the others), else 0."""
-    agents = [subprocess.Popen(agent_cmd) for _ in range(num_nodes)]
+    agents = [subprocess.Popen(agent_cmd, preexec_fn=die_with_parent()) for _ in range(num_nodes)]
 
     def stop(*_: object) -> None:
         for agent in agents:

@@ -15,10 +15,10 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
+from distbench.compose.schema import LimitsConfig
 from distbench.figures.metrics import GIB
 
 # Frames that mean "waiting for the other ranks", not "stuck on its own".
@@ -54,7 +54,7 @@ def rank_processes(root_pid: int) -> dict[int, psutil.Process]:
 class Watchdog:
     """Call check(pid) periodically while the group runs."""
 
-    def __init__(self, job_dir: Path, world_size: int, limits: Any) -> None:
+    def __init__(self, job_dir: Path, world_size: int, limits: LimitsConfig) -> None:
         self.beats_dir = job_dir / "heartbeat"
         self.world_size = world_size
         self.limits = limits

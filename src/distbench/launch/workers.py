@@ -1,8 +1,11 @@
 """Config → worker command line; run it under a wall-clock timeout; classify how it ended.
 
-The worker group runs in its own session (process group), so on timeout or after exit every
-rank is killed with one signal and none outlives its job. Failure kinds are public (users
-filter runs on them): invalid_config, oom, timeout, crash, collective_error, nccl_error.
+The worker group runs in its own session, and torch's agent starts each rank in a session of
+its own: on timeout or after exit the whole process tree (collected while its root lives) is
+killed, checked gone, and none outlives its job; the group also dies with the orchestrator
+(launch/lifeline.py). Each attempt starts from a job dir without the files of an earlier one.
+Failure kinds are public (users filter runs on them): invalid_config, oom, timeout, crash,
+collective_error, nccl_error.
 
     python -c "import distbench.launch.workers as w; print(w.worker_command('d', 2, 29500))"
 """
@@ -13,14 +16,19 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
+
+from distbench.launch.lifeline import die_with_parent, start_shm_watcher
 
 OOM_TYPES = ("OutOfMemoryError", "MemoryError")
 OOM_PATTERNS = ("CUDA out of memory", "out of memory", "std::bad_alloc", "can't allocate memory")
@@ -37,6 +45,20 @@ COLLECTIVE_PATTERNS = (
 )
 STDERR_TAIL_LINES = 30
 POLL_S = 0.5
+KILL_WAIT_S = 5.0  # after SIGKILL, for the kernel to take the processes down
+# What one attempt leaves in its job dir (ranks: result, errors, heartbeats, stacks, progress;
+# run_workers: the logs; the orchestrator: the stderr tail). A rerun into the same dir must
+# not read an earlier attempt's: a stale result.json would turn a crash into FINISHED, stale
+# heartbeats a healthy start into a stall.
+ATTEMPT_FILES = (
+    "result.json",
+    "progress.jsonl",
+    "workers.stdout.log",
+    "workers.stderr.log",
+    "stderr_tail.txt",
+)
+ATTEMPT_GLOBS = ("result.json.tmp", "error.rank*.json", "error.rank*.json.tmp", "stack.rank*.txt")
+HEARTBEAT_DIR = "heartbeat"
 
 
 @dataclass
@@ -49,6 +71,7 @@ class LaunchOutcome:
     failure_kind: str | None = None
     failure_reason: str | None = None
     stderr_tail: str = ""
+    survivors: list[str] = field(default_factory=list)  # processes that outlived SIGKILL
 
 
 def free_port() -> int:
@@ -178,20 +201,113 @@ def _tail(path: Path, num_lines: int = STDERR_TAIL_LINES) -> str:
     return "\n".join(lines[-num_lines:])
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM the worker group, then SIGKILL what is left after `grace_s`."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+def clear_attempt_files(job_dir: Path) -> list[Path]:
+    """Delete what an earlier attempt left in `job_dir` (ATTEMPT_FILES, ATTEMPT_GLOBS, the
+    heartbeat dir); keep the rest (resolved.yaml, outcome.json, the spooled run). Returns what
+    was deleted."""
+    removed = [job_dir / name for name in ATTEMPT_FILES if (job_dir / name).exists()]
+    for pattern in ATTEMPT_GLOBS:
+        removed += sorted(job_dir.glob(pattern))
+    for path in removed:
+        path.unlink(missing_ok=True)
+    beats = job_dir / HEARTBEAT_DIR
+    if beats.exists():
+        removed.append(beats)
+        shutil.rmtree(beats, ignore_errors=True)
+    return removed
+
+
+def job_ports(cmd: list[str]) -> list[int]:
+    """The ports a worker command line names (--master_port, --rdzv_endpoint): they name the
+    job's DeepSpeed files in /dev/shm."""
+    found = []
+    for arg in cmd:
+        match = re.match(r"--(?:master_port=|rdzv_endpoint=[^=]*:)(\d+)$", arg)
+        if match:
+            found.append(int(match.group(1)))
+    return found
+
+
+def _process_tree(pid: int) -> list[psutil.Process]:
+    """The process and every process under it (empty once it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Those still running (a zombie has exited: only its parent's wait is missing)."""
+    left = []
+    for proc in procs:
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                left.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
+def _signal_tree(procs: list[psutil.Process], sig: int) -> None:
+    """`sig` to each process (a rank is in a session of its own) and to their process groups
+    (what they forked since they were seen); SIGCONT after SIGTERM, so that a stopped process
+    acts on it."""
+    groups = set()
+    for proc in procs:
+        try:
+            proc.send_signal(sig)  # psutil checks that the pid still names this process
+            if sig == signal.SIGTERM:
+                proc.send_signal(signal.SIGCONT)
+            groups.add(os.getpgid(proc.pid))
+        except (psutil.Error, ProcessLookupError):
+            continue
+    for group in groups - {os.getpgrp()}:  # never the caller's own group
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def _wait_gone(procs: list[psutil.Process], wait_s: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + wait_s
+    left = _alive(procs)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _alive(left)
+    return left
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        cmdline = " ".join(proc.cmdline())
+        status = proc.status()
+    except psutil.Error:
+        cmdline, status = "?", "?"
+    return f"pid {proc.pid} ({status}: {cmdline[:200]})"
+
+
+def _kill_group(
+    proc: subprocess.Popen, seen: Iterable[psutil.Process] = (), grace_s: float = 5.0
+) -> list[str]:
+    """SIGTERM the worker group's whole process tree, SIGKILL what is left after `grace_s`
+    (SIGKILL also ends a stopped process), and return the processes still alive after that.
+
+    The tree is collected before anything is signalled: once torchrun is gone its ranks (each
+    in its own session, so outside torchrun's process group) are orphans no longer found under
+    it. `seen`: processes found under it earlier (ranks whose torchrun already died)."""
+    procs = {p.pid: p for p in seen}
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
+        if proc.returncode is None:  # not reaped yet: its pid cannot name another process
+            procs.update({p.pid: p for p in _process_tree(proc.pid)})
+        alive = _alive(procs.values())
+        if not alive:
+            return []
+        _signal_tree(alive, sig)
+        left = _wait_gone(alive, wait_s)
+        if not left:
+            return []
+    return [_describe(p) for p in left]
 
 
 def oom_kill_count() -> int | None:
@@ -252,6 +368,15 @@ def classify_failure(
     if own:
         err = min(own, key=lambda e: e.get("rank", 0))
         return "crash", f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
+    if returncode is not None and returncode < 0:  # torchrun itself died of a signal: the
+        # root cause of the collective errors its ranks raised as they went down with it
+        by_oom = -returncode == signal.SIGKILL and bool(oom_killed)
+        how = _signal_name(-returncode) + (
+            " from the kernel's out-of-memory killer" if by_oom else ""
+        )
+        return ("oom" if by_oom else "crash"), (
+            f"the launcher (torchrun) was killed by {how}; its ranks were stopped with it"
+        )
     if errors:
         err = min(errors, key=lambda e: e.get("rank", 0))
         kind = "nccl_error" if "NCCL" in err["message"] + err["type"] else "collective_error"
@@ -285,39 +410,64 @@ def run_workers(
     watchdog: Callable[[int], tuple[str, str] | None] | None = None,
 ) -> LaunchOutcome:
     """Run the worker group until it exits, times out, or `watchdog(pid)` reports a failure
-    (stall, memory cap); then kill whatever is left. stdout/stderr go to files in run_dir."""
+    (stall, memory cap); then kill whatever is left (and its /dev/shm files). An earlier
+    attempt's files are deleted first; stdout/stderr go to files in run_dir."""
+    clear_attempt_files(run_dir)
     start = time.monotonic()
     oom_kills_before = oom_kill_count()
     stopped: tuple[str, str] | None = None
-    with (
-        (run_dir / "workers.stdout.log").open("wb") as out,
-        (run_dir / "workers.stderr.log").open("wb") as err,
-    ):
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-        )
-        try:
-            while proc.poll() is None:
-                if time.monotonic() - start > timeout_s:
-                    stopped = ("timeout", f"no result within limits.timeout_s={timeout_s:g}")
-                elif watchdog is not None:
-                    stopped = watchdog(proc.pid)
-                if stopped:
-                    break
-                if on_poll:
-                    on_poll()
-                time.sleep(POLL_S)
-        finally:
-            _kill_group(proc)  # also reaps ranks that outlived torchrun
-            proc.wait()
+    seen: dict[int, psutil.Process] = {}
+    ports = job_ports(cmd)
+    shm_watcher = start_shm_watcher(ports)  # removes the ranks' /dev/shm files if we are killed
+    try:
+        with (
+            (run_dir / "workers.stdout.log").open("wb") as out,
+            (run_dir / "workers.stderr.log").open("wb") as err,
+        ):
+            proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),  # the group dies with this process, even SIGKILLed
+            )
+            try:
+                while proc.poll() is None:
+                    seen.update({p.pid: p for p in _process_tree(proc.pid)})
+                    if time.monotonic() - start > timeout_s:
+                        stopped = ("timeout", f"no result within limits.timeout_s={timeout_s:g}")
+                    elif watchdog is not None:
+                        stopped = watchdog(proc.pid)
+                    if stopped:
+                        break
+                    if on_poll:
+                        on_poll()
+                    time.sleep(POLL_S)
+            finally:
+                survivors = _kill_group(proc, seen.values())  # also ranks that outlived torchrun
+                proc.wait()
+                for port in ports:
+                    remove_shm_leftovers(port)
+    finally:
+        if shm_watcher is not None:
+            shm_watcher.kill()
+            shm_watcher.wait()
     wall_time_s = time.monotonic() - start
     stderr_tail = _tail(run_dir / "workers.stderr.log")
+    killed = "all ranks killed"
+    if survivors:
+        killed = f"{len(survivors)} process(es) survived SIGKILL: {'; '.join(survivors)}"
+        print(f"distbench: warning: {killed}", file=sys.stderr, flush=True)
     # result.json is written by rank 0 after gathering every rank's figures: a rank that aborts
     # in teardown afterwards (gloo + DeepSpeed pipeline, SIGABRT) does not void the measurement.
     if stopped is None and (run_dir / "result.json").exists():
-        return LaunchOutcome(True, proc.returncode, wall_time_s, stderr_tail=stderr_tail)
+        return LaunchOutcome(
+            True, proc.returncode, wall_time_s, stderr_tail=stderr_tail, survivors=survivors
+        )
     if stopped is not None:
-        kind, reason = stopped[0], f"{stopped[1]}; all ranks killed"
+        kind, reason = stopped[0], f"{stopped[1]}; {killed}"
     else:
         errors = [json.loads(p.read_text()) for p in sorted(run_dir.glob("error.rank*.json"))]
         oom_kills_after = oom_kill_count()
@@ -325,4 +475,6 @@ def run_workers(
             oom_kills_after > oom_kills_before
         )
         kind, reason = classify_failure(proc.returncode, errors, stderr_tail, oom_killed)
-    return LaunchOutcome(False, proc.returncode, wall_time_s, kind, reason, stderr_tail)
+        if survivors:
+            reason += f"; {killed}"
+    return LaunchOutcome(False, proc.returncode, wall_time_s, kind, reason, stderr_tail, survivors)

@@ -18,9 +18,13 @@ import traceback
 from pathlib import Path
 
 from distbench.files import write_json_atomic
+from distbench.launch.lifeline import die_with_agent
 
 
 def main(argv: list[str] | None = None) -> None:
+    # First: a rank lives in its own session (torch's agent starts it so); if the agent dies
+    # (its orchestrator SIGKILLed), the kernel kills this rank too.
+    die_with_agent()
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0])
     from distbench.job import Job, rank_module

@@ -1,9 +1,9 @@
 """`distbench plan`: every strategy's predicted memory, communication, step time and cost for one
 model on one cluster shape, and the recommended strategy, before anything runs.
 
-The config is composed exactly as run.py composes it (same conf/, same overrides), validated
-per strategy (refused ones are listed with their one-line reason), and predicted with
-analytic.predict. No process group is started and nothing is allocated.
+The config is composed exactly as run.py composes it (same conf/, same overrides), resolved
+into a Job per strategy (refused ones are listed with their one-line reason), and predicted
+with analytic.predict. No process group is started and nothing is allocated.
 
     distbench plan model=llama3_8b world_size=8 hardware=h100_sxm
     distbench plan model=llama3_70b world_size=64 hardware=h100_sxm workload.dtype=bf16 --json
@@ -19,11 +19,13 @@ activations, host, total} per device, `fits`, `comm_bytes_per_step`, `step_time_
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distbench.compose.schema import HardwareConfig
 from distbench.figures.analytic import PREFERENCE, Prediction, predict, recommend
 from distbench.figures.metrics import GIB
 
@@ -89,12 +91,12 @@ def make_plan(
     latency_s: float | None = None,
     recompute: bool = False,
 ) -> Plan:
-    """Compose, validate and predict every strategy; recommend one."""
+    """Compose, resolve and predict every strategy; recommend one."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
 
-    from distbench.compose.hardware import resolve_hardware
-    from distbench.compose.schema import ConfigError, ranks_per_node, register_configs, validate
+    from distbench.compose.schema import ConfigError, register_configs
+    from distbench.job import resolve_job
 
     home = project_dir()
     conf_dir = home / "conf"
@@ -104,7 +106,7 @@ def make_plan(
     names = strategies or from_overrides or strategy_options(conf_dir)
 
     predictions, refused = [], {}
-    hardware: dict[str, Any] | None = None
+    hardware: HardwareConfig | None = None
     title, dtype = "", "fp32"
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         for name in names:
@@ -112,35 +114,42 @@ def make_plan(
             with open_dict(cfg):
                 cfg.pop("hydra", None)
             try:
-                layout = validate(cfg)
+                job = resolve_job(cfg, conf_dir)
             except ConfigError as exc:
                 refused[name] = str(exc)
                 continue
-            resolved = OmegaConf.to_container(cfg, resolve=True)
-            if hardware is None:  # one hardware group per plan; auto is detected once
-                hardware = resolve_hardware(resolved["hardware"], conf_dir)
-                if hardware.get("device") == "cpu" and hardware.get("mem_gib") is None:
-                    host = _host_mem_gib()  # ranks on one host share its memory
-                    nproc = ranks_per_node(cfg)
-                    hardware["mem_gib"] = None if host is None else host / nproc
-                dtype = resolved["workload"]["dtype"]
-                title = (
-                    f"distbench plan: model={resolved['model']['name']} "
-                    f"world_size={resolved['world_size']} hardware={hardware['name']} "
-                    f"dtype={dtype} batch={resolved['batch']['name']} "
-                    f"(micro_batch {resolved['batch']['micro_batch_size']} × "
-                    f"{resolved['batch']['grad_accum_steps']} × seq {resolved['batch']['seq_len']})"
+            if not job.builds_model:  # gemm, collectives: no model, no training step
+                refused[name] = (
+                    f"workload={job.workload.name} builds no model; distbench plan predicts "
+                    "training (workload=train)"
                 )
-            block = OmegaConf.load(conf_dir / "ds_zero" / f"{layout.zero_stage}.yaml")
-            resolved["zero_optimization"] = {
-                **OmegaConf.to_container(block),
-                **resolved["zero_optimization"],
-            }
+                continue
+            if job.world_size_requested:  # the one-device baseline, pinned to one rank
+                refused[name] = (
+                    f"strategy={name} runs on one device, got "
+                    f"world_size={job.world_size_requested}; use world_size=1 (run.py runs it "
+                    "on one rank in any sweep) or strategy=ddp"
+                )
+                continue
+            if hardware is None:  # one hardware group per plan; auto is detected once
+                hardware = job.hardware
+                if hardware.device == "cpu" and hardware.mem_gib is None:
+                    host = _host_mem_gib()  # ranks on one host share its memory
+                    nproc = job.topology.ranks_per_node
+                    mem_gib = None if host is None else host / nproc
+                    hardware = dataclasses.replace(hardware, mem_gib=mem_gib)
+                dtype = job.dtype
+                batch = job.batch
+                title = (
+                    f"distbench plan: model={job.model.name} "
+                    f"world_size={job.world_size} hardware={hardware.name} "
+                    f"dtype={dtype} batch={batch.name} "
+                    f"(micro_batch {batch.micro_batch_size} × "
+                    f"{batch.grad_accum_steps} × seq {batch.seq_len})"
+                )
             predictions.append(
                 predict(
-                    resolved,
-                    layout,
-                    hardware,
+                    job.replace(hardware=hardware),
                     efficiency=efficiency,
                     bandwidth_gbps=bandwidth_gbps,
                     latency_s=latency_s,
@@ -153,10 +162,32 @@ def make_plan(
         refused=refused,
         recommendation=best,
         reason=reason,
-        hardware=hardware or {},
+        hardware=_hardware_dict(hardware),
         title=title or "distbench plan",
         dtype=dtype,
     )
+
+
+# HardwareConfig fields that resolving the figures fills in only when it has something to say
+# (hardware=auto's device, a measured peak's catalog figures, a failed calibration).
+RESOLUTION_NOTES = (
+    "detected",
+    "catalog_peak_tflops_fp32",
+    "catalog_peak_tflops_bf16",
+    "catalog_peak_tflops_fp16",
+    "peak_calibration_error",
+)
+
+
+def _hardware_dict(hardware: HardwareConfig | None) -> dict[str, Any]:
+    """The plan's hardware as JSON: every figure, and the resolution notes that are set."""
+    if hardware is None:
+        return {}
+    return {
+        key: value
+        for key, value in dataclasses.asdict(hardware).items()
+        if value is not None or key not in RESOLUTION_NOTES
+    }
 
 
 def plan_json(plan: Plan) -> list[dict[str, Any]]:

@@ -63,7 +63,9 @@ def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
     # only the metric columns some job has: a train sweep shows no GEMM column, and so on
     columns = [c for c in COLUMNS if any(c[1] in o.get("metrics", {}) for o in outcomes)]
     for header in ("strategy", "world", "zero", "status", *(c[0] for c in columns), "= single"):
-        table.add_column(header, justify="left" if header in ("strategy", "status") else "right")
+        left = header in ("strategy", "status")
+        # the status is read whole ("SKIPPED (earlier FINISHED)"): numbers wrap, not it
+        table.add_column(header, justify="left" if left else "right", no_wrap=header == "status")
     for o in outcomes:
         earlier = o.get("previous_status", "resume")  # a skipped job shows its earlier run
         status = {

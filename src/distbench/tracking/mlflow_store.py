@@ -20,7 +20,10 @@ import fcntl
 import functools
 import gc
 import os
+import re
+import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +43,67 @@ TRANSIENT = (
     "503",
     "502",
 )
+# Errors that say the server is not there at all (not merely busy): one short probe decides.
+UNREACHABLE = ("Max retries", "Connection refused", "Connection reset", "timed out")
+PROBE_TIMEOUT_S = 3.0
+DOWN_RECHECK_S = 60.0  # a store found down is not probed again for this long
+# The schemes MLflow has a tracking store for (and a bare path, a file store).
+KNOWN_SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql")
+KNOWN_SCHEMES += ("databricks", "databricks-uc", "uc")
+QUOTES = re.compile(r"['\"\\\\]")
+_down: dict[str, tuple[float, str]] = {}  # tracking uri -> (when it was found down, why)
+
+
+class StoreUnavailable(ConnectionError):
+    """The tracking server did not answer a short probe: callers spool instead of retrying."""
+
+
+def check_uri(tracking_uri: str) -> None:
+    """ValueError (one line) for a URI no MLflow store understands, e.g. foo://bar."""
+    scheme = urllib.parse.urlsplit(tracking_uri).scheme.split("+")[0].lower()
+    if len(scheme) == 1:  # a Windows drive letter: a path
+        scheme = ""
+    if scheme not in KNOWN_SCHEMES:
+        from distbench.tracking.secrets_mask import mask_text
+
+        raise ValueError(
+            f"unsupported tracking URI {mask_text(tracking_uri)!r}: use sqlite:///PATH, "
+            "http(s)://HOST:PORT, postgresql://... or a directory"
+        )
+
+
+def probe(tracking_uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when a tracking server's host:port accepts a TCP connection within `timeout_s`
+    (or the store is no server); else why not. One short probe instead of a minute of retries."""
+    parts = urllib.parse.urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return None
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def mark_down(tracking_uri: str, why: str) -> None:
+    _down[tracking_uri] = (time.monotonic(), why)
+
+
+def check_reachable(tracking_uri: str) -> None:
+    """Raise StoreUnavailable at once when the server is known down (found so less than
+    DOWN_RECHECK_S ago) or does not answer a probe now."""
+    from distbench.tracking.secrets_mask import mask_text
+
+    if tracking_uri in _down:
+        since, why = _down[tracking_uri]
+        if time.monotonic() - since < DOWN_RECHECK_S:
+            raise StoreUnavailable(f"tracking server {mask_text(tracking_uri)} is down ({why})")
+        del _down[tracking_uri]
+    why = probe(tracking_uri)
+    if why is not None:
+        mark_down(tracking_uri, why)
+        raise StoreUnavailable(f"tracking server {mask_text(tracking_uri)} is down ({why})")
 
 
 @functools.cache
@@ -51,9 +115,21 @@ def skip_final_collection() -> None:
     atexit.register(gc.freeze)
 
 
+@functools.cache
+def _probed(tracking_uri: str) -> bool:
+    check_reachable(tracking_uri)  # raises (and is not cached) while the server is down
+    return True
+
+
 def client(tracking_uri: str) -> Any:
-    """An MlflowClient that fails fast on an unreachable server (2 quick HTTP retries, 20 s
-    timeout) instead of MLflow's default of minutes, so a job is spooled, not stuck."""
+    """An MlflowClient that fails fast on an unreachable server instead of MLflow's default of
+    minutes, so a job is spooled, not stuck: a server is probed once per process (a TCP
+    connect, PROBE_TIMEOUT_S), one known down raises StoreUnavailable at once, and each HTTP
+    call gets 2 quick retries and a 20 s timeout."""
+    if tracking_uri in _down:
+        check_reachable(tracking_uri)
+    elif tracking_uri.startswith(("http://", "https://")):
+        _probed(tracking_uri)
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
@@ -63,14 +139,31 @@ def client(tracking_uri: str) -> Any:
     return MlflowClient(tracking_uri)
 
 
-def retry(call: Callable[[], T], delays_s: Iterable[float] = RETRY_DELAYS_S) -> T:
-    """`call()`, retried after each delay while it fails with a transient store error."""
+def retry(
+    call: Callable[[], T],
+    delays_s: Iterable[float] = RETRY_DELAYS_S,
+    tracking_uri: str | None = None,
+) -> T:
+    """`call()`, retried after each delay while it fails with a transient store error. With
+    `tracking_uri`, a connection error is retried only while the server still answers a probe:
+    a server that is gone is marked down (StoreUnavailable, no more waiting)."""
     for delay in (*delays_s, None):
         try:
             return call()
+        except StoreUnavailable:
+            raise
         except Exception as exc:
             if delay is None or not any(t in str(exc) for t in TRANSIENT):
+                if tracking_uri and any(t in str(exc) for t in UNREACHABLE):
+                    mark_down(tracking_uri, type(exc).__name__)
                 raise
+            if tracking_uri and any(t in str(exc) for t in UNREACHABLE):
+                why = probe(tracking_uri)
+                if why is not None:
+                    mark_down(tracking_uri, why)
+                    raise StoreUnavailable(
+                        f"tracking server down ({why}) after {type(exc).__name__}"
+                    ) from exc
             time.sleep(delay)
     raise AssertionError("unreachable")
 
@@ -107,15 +200,17 @@ def _artifact_location(tracking_uri: str) -> str | None:
 
 def ensure_experiment(tracking_uri: str, name: str) -> str:
     """The experiment's id, creating the store and the experiment on first use (serialised)."""
+    uri = tracking_uri
     with store_lock(tracking_uri):
         mlflow = client(tracking_uri)
-        experiment = retry(lambda: mlflow.get_experiment_by_name(name))
+        experiment = retry(lambda: mlflow.get_experiment_by_name(name), tracking_uri=uri)
         if experiment is not None:
             return experiment.experiment_id
         return retry(
             lambda: mlflow.create_experiment(
                 name, artifact_location=_artifact_location(tracking_uri)
-            )
+            ),
+            tracking_uri=uri,
         )
 
 
@@ -145,15 +240,30 @@ def _chunks(items: list, size: int) -> Iterable[list]:
         yield items[i : i + size]
 
 
+def tag_condition(key: str, value: str) -> str:
+    """An MLflow filter clause `tags.key = value` for any value. MLflow's filter parser has no
+    escape for a quote inside a quoted string: a value with a ' is quoted with ", and one with
+    both (or a backslash) becomes a LIKE with _ for those characters (callers re-check)."""
+    name = key.replace("`", "")
+    if "\\" not in value and "'" not in value:
+        return f"tags.`{name}` = '{value}'"
+    if "\\" not in value and '"' not in value:
+        return f'tags.`{name}` = "{value}"'
+    pattern = re.sub(QUOTES, "_", value)
+    return f"tags.`{name}` LIKE '{pattern}'"
+
+
 def find_runs(tracking_uri: str, experiment_id: str, tags: dict[str, str]) -> list[Any]:
-    """Runs of the experiment whose tags equal `tags`, newest first."""
-    condition = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    """Runs of the experiment whose tags equal `tags` exactly, newest first."""
+    condition = " and ".join(tag_condition(k, str(v)) for k, v in tags.items())
     mlflow = client(tracking_uri)
-    return retry(
+    runs = retry(
         lambda: mlflow.search_runs(
             [experiment_id], filter_string=condition, order_by=["attributes.start_time DESC"]
-        )
+        ),
+        tracking_uri=tracking_uri,
     )
+    return [r for r in runs if all(r.data.tags.get(k) == str(v) for k, v in tags.items())]
 
 
 def log_child_run(
@@ -175,11 +285,13 @@ def log_child_run(
     from mlflow.entities import Metric, Param, RunStatus
 
     mlflow = client(tracking_uri)
+    uri = tracking_uri
     run_tags = dict(tags)
     if parent_run_id:
         run_tags["mlflow.parentRunId"] = parent_run_id
     run_id = retry(
-        lambda: mlflow.create_run(experiment_id, run_name=run_name, tags=run_tags)
+        lambda: mlflow.create_run(experiment_id, run_name=run_name, tags=run_tags),
+        tracking_uri=tracking_uri,
     ).info.run_id
     try:
         now_ms = int(time.time() * 1000)
@@ -187,17 +299,17 @@ def log_child_run(
         metric_list = [Metric(k, float(v), now_ms, 0) for k, v in sorted(metrics.items())]
         metric_list += [Metric(k, float(v), now_ms, step) for k, v, step in series]
         for chunk in _chunks(param_list, MAX_PARAMS_PER_BATCH):
-            retry(lambda chunk=chunk: mlflow.log_batch(run_id, params=chunk))
+            retry(lambda chunk=chunk: mlflow.log_batch(run_id, params=chunk), tracking_uri=uri)
         for chunk in _chunks(metric_list, MAX_METRICS_PER_BATCH):
-            retry(lambda chunk=chunk: mlflow.log_batch(run_id, metrics=chunk))
+            retry(lambda chunk=chunk: mlflow.log_batch(run_id, metrics=chunk), tracking_uri=uri)
         for path in artifacts:
             if path.exists():
-                retry(lambda path=path: mlflow.log_artifact(run_id, str(path)))
+                retry(lambda path=path: mlflow.log_artifact(run_id, str(path)), tracking_uri=uri)
     except Exception:
         with contextlib.suppress(Exception):
             mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
             mlflow.set_tag(run_id, "tracking_error", "run incomplete: logging failed midway")
         raise
     status = RunStatus.FAILED if failed else RunStatus.FINISHED
-    retry(lambda: mlflow.set_terminated(run_id, RunStatus.to_string(status)))
+    retry(lambda: mlflow.set_terminated(run_id, RunStatus.to_string(status)), tracking_uri=uri)
     return run_id

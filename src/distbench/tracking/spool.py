@@ -1,6 +1,13 @@
 """Nothing measured is lost: every job spools its MLflow run to JOB_DIR/mlflow_run.json before
 logging it, and `distbench sync SWEEP_DIR` uploads the runs that did not land (tracking server
-down, sqlite broken), exactly once: a run already in the store for that job dir is skipped.
+down, sqlite broken), exactly once.
+
+Each spooled run is one *attempt* of its job, named by a random `attempt_id` written into the
+payload: the de-duplication is on the attempt (tag `distbench.attempt_id`), so a job rerun in the
+same dir (resume=true retry_failed=true) is a new run, numbered (`distbench.attempt`) and linked
+to the one before (`distbench.previous_run_id`), while uploading one attempt twice, or from two
+`sync` at once (a file lock per job dir), logs it once. Paths are resolved before they are
+tagged or looked up, so a sweep dir reached through a symlink is the same sweep.
 
     distbench sync multirun/2026-11-22/10-00-00 [--tracking-uri URI]
 """
@@ -8,11 +15,16 @@ down, sqlite broken), exactly once: a run already in the store for that job dir 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from distbench.tracking.mlflow_store import (
+    StoreUnavailable,
     client,
     ensure_experiment,
     find_runs,
@@ -21,82 +33,264 @@ from distbench.tracking.mlflow_store import (
 )
 
 PAYLOAD = "mlflow_run.json"
+LOCK = ".mlflow_run.lock"
 JOB_DIR_TAG = "distbench.job_dir"
 SWEEP_DIR_TAG = "distbench.sweep_dir"
+ATTEMPT_ID_TAG = "distbench.attempt_id"
+ATTEMPT_TAG = "distbench.attempt"
+PREVIOUS_RUN_TAG = "distbench.previous_run_id"
+REQUIRED_KEYS = ("experiment_name", "run_name", "params", "metrics", "tags", "artifacts")
+
+
+class SpoolError(ValueError):
+    """A spooled run that cannot be read (truncated, not JSON, keys missing)."""
 
 
 def write_payload(job_dir: Path, payload: dict[str, Any]) -> None:
     """Spool a run: experiment_name, run_name, params, metrics, series, tags, artifacts (paths
-    relative to the job dir), failed, parent_run_id."""
-    (job_dir / PAYLOAD).write_text(json.dumps(payload, indent=1))
+    relative to the job dir), failed, parent_run_id; optional: attempt_id (a new random one
+    when absent: each call is a new attempt), attempt (its number) and previous_run_id.
+    Written atomically: a job killed meanwhile leaves the old payload or the new one."""
+    payload = {**payload, "attempt_id": payload.get("attempt_id") or uuid.uuid4().hex}
+    tmp = job_dir / f".{PAYLOAD}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(payload, indent=1))
+    tmp.replace(job_dir / PAYLOAD)
 
 
-def upload(tracking_uri: str, job_dir: Path, parent_run_id: str | None = None) -> str:
-    """Log the spooled run of `job_dir` unless the store already has it; returns its run id.
-    A run left incomplete by an earlier failed upload is replaced."""
-    payload = json.loads((job_dir / PAYLOAD).read_text())
+def read_payload(job_dir: Path) -> dict[str, Any]:
+    """The spooled run of `job_dir`; SpoolError (one line) when it is unreadable."""
+    try:
+        payload = json.loads((job_dir / PAYLOAD).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpoolError(f"{job_dir / PAYLOAD}: unreadable ({exc})") from exc
+    missing = [k for k in REQUIRED_KEYS if not isinstance(payload, dict) or k not in payload]
+    if missing:
+        raise SpoolError(f"{job_dir / PAYLOAD}: incomplete (no {', '.join(missing)})")
+    return payload
+
+
+@contextlib.contextmanager
+def job_lock(job_dir: Path) -> Iterator[None]:
+    """An exclusive file lock on a job dir while its run is looked up and uploaded, so that two
+    `sync` (or a sync and the job itself) do not both log it. A dir we cannot write is not
+    locked (nothing else can write its run either)."""
+    try:
+        lock = open(job_dir / LOCK, "a")  # noqa: SIM115 - held across the yield
+    except OSError:
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _runs_of_job_dir(tracking_uri: str, experiment_id: str, job_dir: Path) -> list[Any]:
+    """Runs tagged with this job dir, resolved or as it was written (runs of older versions),
+    newest first."""
+    names = dict.fromkeys((str(job_dir.resolve()), str(job_dir.absolute())))
+    runs = [
+        r for name in names for r in find_runs(tracking_uri, experiment_id, {JOB_DIR_TAG: name})
+    ]
+    unique = {r.info.run_id: r for r in runs}
+    return sorted(unique.values(), key=lambda r: r.info.start_time or 0, reverse=True)
+
+
+def _attempt_tags(
+    tracking_uri: str, earlier: list[Any], attempt: int | None, previous_run_id: str | None
+) -> dict[str, str]:
+    """distbench.attempt (n) and distbench.previous_run_id of a new attempt: the given ones,
+    else those of the newest complete run of an earlier attempt in its job dir."""
+    earlier = [r for r in earlier if "tracking_error" not in r.data.tags]
+    previous = next((r for r in earlier if r.info.run_id == previous_run_id), None)
+    if previous_run_id and previous is None:
+        try:  # an earlier attempt in another sweep dir (resume=true into a new dir)
+            previous = retry(
+                lambda: client(tracking_uri).get_run(previous_run_id), tracking_uri=tracking_uri
+            )
+        except StoreUnavailable:
+            raise
+        except Exception:  # deleted meanwhile: still name it, number on
+            previous = None
+    elif previous is None and earlier:
+        previous = earlier[0]
+        previous_run_id = previous.info.run_id
+    if not attempt:
+        tag = previous.data.tags.get(ATTEMPT_TAG, "1") if previous else "0"
+        attempt = (int(tag) if tag.isdigit() else 1) + 1
+    tags = {ATTEMPT_TAG: str(attempt)}
+    if previous_run_id:
+        tags[PREVIOUS_RUN_TAG] = previous_run_id
+    return tags
+
+
+def upload(
+    tracking_uri: str,
+    job_dir: Path,
+    parent_run_id: str | None = None,
+    attempt: int | None = None,
+    previous_run_id: str | None = None,
+) -> str:
+    """Log the spooled run of `job_dir` unless the store already has this attempt; returns its
+    run id. A run left incomplete by an earlier failed upload of the attempt is replaced.
+
+    The attempt's number and the run it follows are the payload's `attempt` and
+    `previous_run_id` (or these arguments) when given, else found in the store: the runs of
+    earlier attempts in the same job dir."""
+    return upload_attempt(tracking_uri, job_dir, parent_run_id, attempt, previous_run_id)[0]
+
+
+def upload_attempt(
+    tracking_uri: str,
+    job_dir: Path,
+    parent_run_id: str | None = None,
+    attempt: int | None = None,
+    previous_run_id: str | None = None,
+) -> tuple[str, bool]:
+    """upload(), and whether this attempt was already in the store."""
+    job_dir = job_dir.absolute()
+    payload = read_payload(job_dir)
     experiment_id = ensure_experiment(tracking_uri, payload["experiment_name"])
-    for run in find_runs(tracking_uri, experiment_id, {JOB_DIR_TAG: str(job_dir)}):
-        if "tracking_error" not in run.data.tags:
-            return run.info.run_id
-        retry(lambda run=run: client(tracking_uri).delete_run(run.info.run_id))
-    return log_child_run(
-        tracking_uri,
-        experiment_id,
-        payload["run_name"],
-        params=payload["params"],
-        metrics=payload["metrics"],
-        tags={**payload["tags"], JOB_DIR_TAG: str(job_dir)},
-        artifacts=[job_dir / name for name in payload["artifacts"]],
-        failed=payload["failed"],
-        parent_run_id=parent_run_id or payload.get("parent_run_id"),
-        series=[tuple(s) for s in payload["series"]],
-    )
+    attempt_id = payload.get("attempt_id")
+    with job_lock(job_dir):
+        of_job_dir = _runs_of_job_dir(tracking_uri, experiment_id, job_dir)
+        if attempt_id:  # wherever the dir was (moved, through a symlink), it is this attempt
+            same = find_runs(tracking_uri, experiment_id, {ATTEMPT_ID_TAG: attempt_id})
+        else:  # spooled by an older version: one run per job dir
+            same = of_job_dir
+        for run in same:
+            if "tracking_error" not in run.data.tags:
+                return run.info.run_id, True
+            retry(
+                lambda run=run: client(tracking_uri).delete_run(run.info.run_id),
+                tracking_uri=tracking_uri,
+            )
+        tags = {**payload["tags"], JOB_DIR_TAG: str(job_dir.resolve())}
+        if attempt_id:
+            tags.update(
+                _attempt_tags(
+                    tracking_uri,
+                    [r for r in of_job_dir if r.data.tags.get(ATTEMPT_ID_TAG) != attempt_id],
+                    payload.get("attempt") or attempt,
+                    payload.get("previous_run_id") or previous_run_id,
+                )
+            )
+            tags[ATTEMPT_ID_TAG] = attempt_id
+        run_id = log_child_run(
+            tracking_uri,
+            experiment_id,
+            payload["run_name"],
+            params=payload["params"],
+            metrics=payload["metrics"],
+            tags=tags,
+            artifacts=[job_dir / name for name in payload["artifacts"]],
+            failed=payload.get("failed", True),
+            parent_run_id=parent_run_id or payload.get("parent_run_id"),
+            series=[tuple(s) for s in payload.get("series", [])],
+        )
+        return run_id, False
 
 
-def sweep_parent(tracking_uri: str, experiment_name: str, sweep_dir: Path) -> str:
-    """The parent run of a sweep dir: the one its sweep opened, or a new one (FINISHED)."""
+def sweep_parent(tracking_uri: str, experiment_name: str, sweep_dir: Path) -> tuple[str, bool]:
+    """The parent run of a sweep dir: (the one its sweep opened, False), or (a new one, FINISHED,
+    True)."""
     experiment_id = ensure_experiment(tracking_uri, experiment_name)
+    with job_lock(sweep_dir):  # two syncs at once: one parent
+        return _sweep_parent(tracking_uri, experiment_id, sweep_dir)
+
+
+def _sweep_parent(tracking_uri: str, experiment_id: str, sweep_dir: Path) -> tuple[str, bool]:
     for run in find_runs(tracking_uri, experiment_id, {SWEEP_DIR_TAG: str(sweep_dir)}):
         if "mlflow.parentRunId" not in run.data.tags:
-            return run.info.run_id
+            return run.info.run_id, False
     mlflow = client(tracking_uri)
     run = retry(
         lambda: mlflow.create_run(
             experiment_id,
             run_name=f"sweep-{sweep_dir.name}",
             tags={SWEEP_DIR_TAG: str(sweep_dir), "synced": "true"},
-        )
+        ),
+        tracking_uri=tracking_uri,
     )
-    retry(lambda: mlflow.set_terminated(run.info.run_id, "FINISHED"))
-    return run.info.run_id
+    retry(lambda: mlflow.set_terminated(run.info.run_id, "FINISHED"), tracking_uri=tracking_uri)
+    return run.info.run_id, True
 
 
-def sync_sweep(sweep_dir: Path, tracking_uri: str) -> dict[str, int]:
-    """Upload every spooled run of a sweep (or of one job dir) that is not in the store yet."""
+def close_parent(tracking_uri: str, parent_run_id: str, outcomes: list[dict[str, Any]]) -> bool:
+    """End a sweep's parent run that is still RUNNING (its sweep lost the store before closing
+    it) once every job of the sweep has an outcome: tag num_finished/failed/skipped as the sweep
+    would have, and mark it FINISHED. Returns whether it was ended now."""
+    mlflow = client(tracking_uri)
+    parent = retry(lambda: mlflow.get_run(parent_run_id), tracking_uri=tracking_uri)
+    if parent.info.status != "RUNNING":
+        return False
+    num_jobs = parent.data.tags.get("num_jobs", "")
+    if num_jobs.isdigit() and len(outcomes) < int(num_jobs):
+        return False  # the sweep is still running (or died midway): leave it be
+    for status in ("FINISHED", "FAILED", "SKIPPED"):
+        count = sum(o.get("status") == status for o in outcomes)
+        retry(
+            lambda s=status, c=count: mlflow.set_tag(parent_run_id, f"num_{s.lower()}", str(c)),
+            tracking_uri=tracking_uri,
+        )
+    retry(lambda: mlflow.set_terminated(parent_run_id, "FINISHED"), tracking_uri=tracking_uri)
+    return True
+
+
+def _write_outcome(outcome_path: Path, outcome: dict[str, Any], run_id: str) -> None:
+    outcome["run_id"] = run_id
+    outcome.pop("tracking_error", None)
+    tmp = outcome_path.with_name(f".{outcome_path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(outcome, indent=2))
+    tmp.replace(outcome_path)
+
+
+def _read_outcome(path: Path) -> dict[str, Any] | None:
+    try:
+        outcome = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return outcome if isinstance(outcome, dict) else None
+
+
+def sync_sweep(sweep_dir: Path, tracking_uri: str) -> dict[str, Any]:
+    """Upload every spooled run of a sweep (or of one job dir) that is not in the store yet.
+
+    Returns counts (`uploaded`, `already_in_store`), `unreadable` (one line per payload that
+    could not be read or uploaded: the rest went on) and `parent_closed` (whether the sweep's
+    parent run, left RUNNING, was ended). FileNotFoundError when there is no such dir."""
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"no such directory: {sweep_dir}")
     sweep_dir = sweep_dir.resolve()
     job_dirs = sorted(p.parent for p in sweep_dir.glob(f"*/{PAYLOAD}"))
     if (sweep_dir / PAYLOAD).exists():
         job_dirs = [sweep_dir]
-    counts = {"uploaded": 0, "already_in_store": 0}
-    parent = None
+    result: dict[str, Any] = {
+        "uploaded": 0,
+        "already_in_store": 0,
+        "unreadable": [],
+        "parent_closed": False,
+    }
+    parent: str | None = None
+    recorded = True
     for job_dir in job_dirs:
-        payload = json.loads((job_dir / PAYLOAD).read_text())
-        if parent is None and job_dir != sweep_dir:
-            parent = sweep_parent(tracking_uri, payload["experiment_name"], sweep_dir)
+        try:
+            payload = read_payload(job_dir)
+            if parent is None and job_dir != sweep_dir:
+                parent, _ = sweep_parent(tracking_uri, payload["experiment_name"], sweep_dir)
+            run_id, existed = upload_attempt(tracking_uri, job_dir, parent)
+        except SpoolError as exc:
+            result["unreadable"].append(str(exc))
+            recorded = False
+            continue
+        result["already_in_store" if existed else "uploaded"] += 1
         outcome_path = job_dir / "outcome.json"
-        outcome = json.loads(outcome_path.read_text()) if outcome_path.exists() else {}
-        experiment_id = ensure_experiment(tracking_uri, payload["experiment_name"])
-        existing = [
-            r
-            for r in find_runs(tracking_uri, experiment_id, {JOB_DIR_TAG: str(job_dir)})
-            if "tracking_error" not in r.data.tags
-        ]
-        run_id = existing[0].info.run_id if existing else upload(tracking_uri, job_dir, parent)
-        counts["already_in_store" if existing else "uploaded"] += 1
+        outcome = _read_outcome(outcome_path) if outcome_path.exists() else None
         if outcome:
-            outcome["run_id"] = run_id
-            with contextlib.suppress(KeyError):
-                del outcome["tracking_error"]
-            outcome_path.write_text(json.dumps(outcome, indent=2))
-    return counts
+            _write_outcome(outcome_path, outcome, run_id)
+    if parent is not None and recorded:
+        outcomes = [o for p in sweep_dir.glob("*/outcome.json") if (o := _read_outcome(p))]
+        result["parent_closed"] = close_parent(tracking_uri, parent, outcomes)
+    return result

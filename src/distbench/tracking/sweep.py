@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose.schema import TrackingConfig
 from distbench.tracking.mlflow_store import client, ensure_experiment, retry, ui_url
+from distbench.tracking.secrets_mask import mask_override, mask_text
 from distbench.tracking.spool import SWEEP_DIR_TAG
 
 PARENT_RUN_ENV = "DISTBENCH_PARENT_RUN_ID"
@@ -129,19 +130,21 @@ class SweepCallback(Callback):
             tags = {
                 SWEEP_DIR_TAG: sweep_dir,
                 "num_jobs": str(num_jobs),
-                "overrides": " ".join(overrides),
+                "overrides": " ".join(mask_override(str(o)) for o in overrides),
             }
             tags.update(software_tags(Path.cwd()))
             mlflow = client(uri)
             run = retry(
                 lambda: mlflow.create_run(
                     experiment_id, run_name=f"sweep-{Path(sweep_dir).name}", tags=tags
-                )
+                ),
+                tracking_uri=uri,
             )
         except Exception as exc:  # tracking must never take the sweep down
+            why = mask_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             print(
-                f"distbench: MLflow unavailable at {uri}: {exc}; runs are spooled in the "
-                f"sweep dir (upload later with: distbench sync {sweep_dir})"
+                f"distbench: MLflow unavailable at {mask_text(uri)}: {why[:500]}; runs are "
+                f"spooled in the sweep dir (upload later with: distbench sync {sweep_dir})"
             )
             return
         self.tracking_uri, self.parent_run_id = uri, run.info.run_id
@@ -168,9 +171,11 @@ class SweepCallback(Callback):
                     retry(
                         lambda s=status, c=count: mlflow.set_tag(
                             self.parent_run_id, f"num_{s.lower()}", str(c)
-                        )
+                        ),
+                        tracking_uri=self.tracking_uri,
                     )
                 url = ui_url(self.tracking_uri, self.experiment_id, config.tracking.ui_port)
+                url = mask_text(url)
                 self._close_parent("FINISHED")
         print_summary(outcomes, title=f"distbench sweep {sweep_dir}", mlflow_url=url)
         if spooled:
@@ -190,4 +195,4 @@ class SweepCallback(Callback):
             return
         parent_run_id, self.parent_run_id = self.parent_run_id, None
         mlflow = client(self.tracking_uri)
-        retry(lambda: mlflow.set_terminated(parent_run_id, status))
+        retry(lambda: mlflow.set_terminated(parent_run_id, status), tracking_uri=self.tracking_uri)
