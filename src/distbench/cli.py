@@ -61,6 +61,8 @@ def _ui(args: argparse.Namespace) -> int:
 def _sync(args: argparse.Namespace) -> int:
     """Exit 0 when every spooled run is in the store; 1 when some payload could not be read
     (each named, the others uploaded); 2 (one line) for no such dir or an unusable store."""
+    from distbench.orphans import record_orphans
+    from distbench.tools.plan import project_dir
     from distbench.tracking.mlflow_store import check_uri
     from distbench.tracking.secrets_mask import mask_text
     from distbench.tracking.spool import sync_sweep
@@ -72,7 +74,8 @@ def _sync(args: argparse.Namespace) -> int:
     uri = _store_uri(args)
     try:
         check_uri(uri)
-        result = sync_sweep(sweep_dir, uri)
+        lost = record_orphans(sweep_dir, uri, project_dir())
+        result = sync_sweep(sweep_dir, uri, sweep_lost=bool(lost))
     except Exception as exc:  # a store down or refused: one line, the runs stay spooled
         print(
             f"distbench: sync: {type(exc).__name__}: {_one_line(exc)} (runs stay spooled)",
@@ -82,6 +85,8 @@ def _sync(args: argparse.Namespace) -> int:
     for line in result["unreadable"]:
         print(f"distbench: sync: skipped {line}", file=sys.stderr)
     closed = "; the sweep's parent run ended" if result["parent_closed"] else ""
+    if lost:
+        closed += f"; {len(lost)} job(s) whose orchestrator died recorded as orchestrator_lost"
     print(
         f"distbench sync {args.sweep_dir} → {mask_text(uri)}: {result['uploaded']} uploaded, "
         f"{result['already_in_store']} already in the store{closed}"

@@ -38,6 +38,7 @@ from distbench.job import RAW_ENGINE, Job, rank_module, resolve_job
 from distbench.launch.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
 from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
+from distbench.orphans import mark_owner
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG, run_signature
 from distbench.workloads import Measured, registry
 
@@ -339,17 +340,21 @@ def record_failure(
     project_dir: Path,
     failure: dict[str, str],
     label: str,
+    log_now: bool = True,
 ) -> dict[str, Any]:
     """Record a job that ended before it could record itself (its SLURM job cancelled, timed
-    out, or its node lost): a FAILED run with `failure` (failure_kind, failure_reason and tags
-    such as slurm_job_id), like any other failure."""
+    out, or its node lost; its orchestrator killed): a FAILED run with `failure` (failure_kind,
+    failure_reason and tags such as slurm_job_id), like any other failure; with log_now=False
+    only spooled (`distbench sync` uploads it under the sweep's parent run)."""
     started = time.monotonic()
     job, _ = resolve(cfg, project_dir / "conf")
     outcome, _ = new_outcome(cfg, job, job_dir, label)
     outcome.update(status="FAILED", **failure)
     kind, reason = failure["failure_kind"], failure["failure_reason"]
     print(f"distbench: {label} failed ({kind}): {reason}", flush=True)
-    return _finish(cfg, job, outcome, Measured(metrics={}), job_dir, project_dir, started)
+    return _finish(
+        cfg, job, outcome, Measured(metrics={}), job_dir, project_dir, started, log_now=log_now
+    )
 
 
 def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
@@ -405,6 +410,7 @@ def _run_job(
     # 1-2. resolve (or the refusal), then the resume decision on the job's signature
     job, refusal = resolve(cfg, conf_dir)
     outcome, tags = new_outcome(cfg, job, job_dir, label)
+    mark_owner(job_dir)  # a SIGKILLed orchestrator leaves this: `distbench sync` records the job
     skipped = _resume_check(cfg, outcome["signature"], label)
     if skipped:
         reason, previous = skipped
@@ -553,10 +559,12 @@ def _finish(
     job_dir: Path,
     project_dir: Path,
     started: float,
+    log_now: bool = True,
 ) -> dict[str, Any]:
-    """Write outcome.json and spool the MLflow run, then log it; a tracking failure is reported
-    (the run stays spooled for `distbench sync`), never raised. A job dir that cannot be
-    written (read-only, removed meanwhile) does not lose the run: it is logged directly."""
+    """Write outcome.json and spool the MLflow run, then log it (unless log_now=False); a
+    tracking failure is reported (the run stays spooled for `distbench sync`), never raised. A
+    job dir that cannot be written (read-only, removed meanwhile) does not lose the run: it is
+    logged directly."""
     from distbench.compose.hardware import detect_tags
     from distbench.tracking.mlflow_store import flatten
     from distbench.tracking.secrets_mask import mask_text, mask_tree
@@ -606,6 +614,9 @@ def _finish(
     except OSError as exc:
         outcome["spool_error"] = f"{type(exc).__name__}: {exc}"[:2000]
         print(f"distbench: cannot spool in {job_dir} ({outcome['spool_error']}); logging directly")
+    if not log_now and "spool_error" not in outcome:
+        _write_outcome(job_dir, outcome)
+        return outcome
     try:
         if "spool_error" in outcome:
             outcome["run_id"] = _log_unspooled(uri, payload, artifacts, outcome["spool_error"])

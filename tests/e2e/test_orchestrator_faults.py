@@ -139,3 +139,59 @@ def test_a_job_dir_that_cannot_be_written_still_lands_its_failed_run(tmp_path, m
     assert run["status"] == "FAILED" and run["tags.failure_kind"] == "orchestrator_error"
     assert "NotADirectoryError" in run["tags.spool_error"]
     assert run["params.strategy.name"] == "dp"
+
+
+def test_a_sigkilled_sweep_leaves_no_rank_and_sync_records_the_job_and_closes_the_parent(
+    tmp_path,
+):
+    sweep_dir = tmp_path / "sweep"
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    grid = ["-m", "world_size=2", "fault.kind=stall,none", "fault.rank=1", "fault.at_step=1"]
+    sweep = subprocess.Popen(
+        [
+            *(sys.executable, str(PROJECT_DIR / "run.py"), *grid, *FEW_STEPS),
+            *("limits.stall_timeout_s=600", f"hydra.sweep.dir={sweep_dir}"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    beat = sweep_dir / "0" / "heartbeat" / "rank1"  # rank 1 sleeping at step 1: a stall
+    deadline = time.monotonic() + 300
+    while not (beat.exists() and beat.read_text() == "1"):
+        assert sweep.poll() is None, "the sweep ended before the stall"
+        assert time.monotonic() < deadline, "rank 1 never reached its stall"
+        time.sleep(0.5)
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait()
+    deadline = time.monotonic() + 10
+    while processes_mentioning(str(sweep_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_mentioning(str(sweep_dir)), "ranks outlived their orchestrator"
+    runs = runs_of(tmp_path)
+    assert list(runs["status"]) == ["RUNNING"]  # the parent, left open by the kill
+    sync = subprocess.run(
+        [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sync.returncode == 0, sync.stderr[-2000:]
+    assert "1 job(s) whose orchestrator died recorded as orchestrator_lost" in sync.stdout
+    runs = runs_of(tmp_path)
+    parent = runs[runs["tags.mlflow.parentRunId"].isna()].iloc[0]
+    assert parent["status"] == "KILLED" and parent["tags.num_not_run"] == "1"
+    child = runs.dropna(subset=["tags.mlflow.parentRunId"]).iloc[0]
+    assert child["tags.mlflow.parentRunId"] == parent["run_id"]
+    assert (child["status"], child["tags.failure_kind"]) == ("FAILED", "orchestrator_lost")
+    assert child["params.fault.kind"] == "stall"
+    again = subprocess.run(
+        [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "0 uploaded, 1 already in the store" in again.stdout and len(runs_of(tmp_path)) == 2

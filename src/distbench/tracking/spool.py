@@ -218,24 +218,36 @@ def _sweep_parent(tracking_uri: str, experiment_id: str, sweep_dir: Path) -> tup
     return run.info.run_id, True
 
 
-def close_parent(tracking_uri: str, parent_run_id: str, outcomes: list[dict[str, Any]]) -> bool:
+def close_parent(
+    tracking_uri: str, parent_run_id: str, outcomes: list[dict[str, Any]], sweep_lost: bool = False
+) -> bool:
     """End a sweep's parent run that is still RUNNING (its sweep lost the store before closing
     it) once every job of the sweep has an outcome: tag num_finished/failed/skipped as the sweep
-    would have, and mark it FINISHED. Returns whether it was ended now."""
+    would have, and mark it FINISHED. A sweep whose orchestrator is known dead (`sweep_lost`)
+    is ended KILLED, the jobs it never started counted in `num_not_run`. Returns whether it was
+    ended now."""
     mlflow = client(tracking_uri)
     parent = retry(lambda: mlflow.get_run(parent_run_id), tracking_uri=tracking_uri)
     if parent.info.status != "RUNNING":
         return False
     num_jobs = parent.data.tags.get("num_jobs", "")
+    end_status = "FINISHED"
     if num_jobs.isdigit() and len(outcomes) < int(num_jobs):
-        return False  # the sweep is still running (or died midway): leave it be
+        if not sweep_lost:
+            return False  # the sweep is still running (or died elsewhere): leave it be
+        end_status = "KILLED"
+        not_run = str(int(num_jobs) - len(outcomes))
+        retry(
+            lambda: mlflow.set_tag(parent_run_id, "num_not_run", not_run),
+            tracking_uri=tracking_uri,
+        )
     for status in ("FINISHED", "FAILED", "SKIPPED"):
         count = sum(o.get("status") == status for o in outcomes)
         retry(
             lambda s=status, c=count: mlflow.set_tag(parent_run_id, f"num_{s.lower()}", str(c)),
             tracking_uri=tracking_uri,
         )
-    retry(lambda: mlflow.set_terminated(parent_run_id, "FINISHED"), tracking_uri=tracking_uri)
+    retry(lambda: mlflow.set_terminated(parent_run_id, end_status), tracking_uri=tracking_uri)
     return True
 
 
@@ -255,12 +267,13 @@ def _read_outcome(path: Path) -> dict[str, Any] | None:
     return outcome if isinstance(outcome, dict) else None
 
 
-def sync_sweep(sweep_dir: Path, tracking_uri: str) -> dict[str, Any]:
+def sync_sweep(sweep_dir: Path, tracking_uri: str, sweep_lost: bool = False) -> dict[str, Any]:
     """Upload every spooled run of a sweep (or of one job dir) that is not in the store yet.
 
     Returns counts (`uploaded`, `already_in_store`), `unreadable` (one line per payload that
     could not be read or uploaded: the rest went on) and `parent_closed` (whether the sweep's
-    parent run, left RUNNING, was ended). FileNotFoundError when there is no such dir."""
+    parent run, left RUNNING, was ended; KILLED when `sweep_lost`: its orchestrator is known
+    dead). FileNotFoundError when there is no such dir."""
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"no such directory: {sweep_dir}")
     sweep_dir = sweep_dir.resolve()
@@ -292,5 +305,5 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str) -> dict[str, Any]:
             _write_outcome(outcome_path, outcome, run_id)
     if parent is not None and recorded:
         outcomes = [o for p in sweep_dir.glob("*/outcome.json") if (o := _read_outcome(p))]
-        result["parent_closed"] = close_parent(tracking_uri, parent, outcomes)
+        result["parent_closed"] = close_parent(tracking_uri, parent, outcomes, sweep_lost)
     return result

@@ -1,0 +1,87 @@
+"""Jobs whose orchestrator died without a word (SIGKILL, the kernel's OOM killer, a lost CI
+runner): each job dir names the process that runs it (`orchestrator.json`: host, pid, start
+time); `distbench sync` finds the job dirs with no outcome whose process is gone from this host
+and records them as FAILED `orchestrator_lost`, so the grid shows what happened and the sweep's
+parent run can be closed.
+
+    distbench sync multirun/2026-11-23/10-00-00    # records the orphans, then uploads, closes
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import psutil
+from omegaconf import OmegaConf, open_dict
+
+from distbench.files import write_json_atomic
+
+OWNER_FILE = "orchestrator.json"
+LOST_KIND = "orchestrator_lost"
+
+
+def mark_owner(job_dir: Path) -> None:
+    """Name this process as the one running the job in `job_dir`."""
+    write_json_atomic(
+        job_dir / OWNER_FILE,
+        {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": psutil.Process().create_time(),
+        },
+    )
+
+
+def owner_gone(job_dir: Path) -> str | None:
+    """Why the job's orchestrator is known dead; None when it runs, ran elsewhere (another host
+    cannot be checked from here) or the job dir names none."""
+    try:
+        owner = json.loads((job_dir / OWNER_FILE).read_text())
+        host, pid, started = owner["host"], int(owner["pid"]), float(owner["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if host != socket.gethostname():
+        return None
+    try:
+        alive = abs(psutil.Process(pid).create_time() - started) < 1.0  # not a reused pid
+    except psutil.NoSuchProcess:
+        alive = False
+    return None if alive else f"pid {pid} on {host}"
+
+
+def orphaned_job_dirs(sweep_dir: Path) -> list[tuple[Path, str]]:
+    """(job dir, why its orchestrator is known dead) of every job of `sweep_dir` (or the job dir
+    itself) that has no outcome."""
+    candidates = [sweep_dir] if (sweep_dir / OWNER_FILE).exists() else sorted(sweep_dir.iterdir())
+    found = []
+    for job_dir in candidates:
+        if not job_dir.is_dir() or (job_dir / "outcome.json").exists():
+            continue
+        gone = owner_gone(job_dir)
+        if gone and (job_dir / ".hydra" / "config.yaml").is_file():
+            found.append((job_dir, gone))
+    return found
+
+
+def record_orphans(sweep_dir: Path, tracking_uri: str, project_dir: Path) -> list[Path]:
+    """Spool a FAILED `orchestrator_lost` run for each orphaned job of the sweep (its config as
+    Hydra composed it); `distbench sync` then uploads them under the sweep's parent run.
+    Returns their job dirs."""
+    from distbench.orchestrator import record_failure
+
+    recorded = []
+    for job_dir, gone in orphaned_job_dirs(sweep_dir):
+        cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
+        with open_dict(cfg):
+            cfg.tracking.uri = tracking_uri
+        reason = (
+            f"its orchestrator ({gone}) died during the job (SIGKILL, an OOM kill or a lost "
+            "machine); recorded by distbench sync"
+        )
+        failure = {"failure_kind": LOST_KIND, "failure_reason": reason}
+        record_failure(cfg, job_dir, project_dir, failure, f"job {job_dir.name}", log_now=False)
+        recorded.append(job_dir)
+    return recorded
