@@ -3,16 +3,25 @@
 python run.py                                        # tiny model, dp, 2 ranks (CPU: ~20 s)
 python run.py -m strategy=dp,tp,zero3 world_size=2,4 # a sweep: one MLflow child run per job
 python run.py -m experiments=strategy_grid           # a named study from experiments/
+python run.py --help                                 # commands, config groups, the config
+
+`main()` returns the job's `objective` metric (default throughput_tokens_per_s), so that a Hydra
+sweeper plugin that searches (Optuna, Nevergrad, Ax) can drive run.py; the basic sweeper
+ignores it.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose.schema import register_configs
 
@@ -20,9 +29,93 @@ PROJECT_DIR = Path(__file__).resolve().parent
 os.environ.setdefault("DISTBENCH_HOME", str(PROJECT_DIR))  # conf/config.yaml's searchpath
 register_configs()
 
+# Groups `--help` does not offer: Hydra's own, the schema nodes (schema/<group>, what each
+# option extends) and ds_zero (the plain key zero_stage picks its file).
+HIDDEN_GROUPS = ("hydra", "schema", "ds_zero")
+HELP_WIDTH = 100
+
+# What a job without its objective metric returns (FAILED, refused, or the metric absent):
+# the worst value for the metric's direction. Higher is better (throughput, TFLOP/s, MFU,
+# bandwidth): 0.0. Lower is better (step time, latency, memory, cost, loss, error): 1e9, large
+# but finite: samplers fit models to the values and inf has broken some (optuna/optuna#5374
+# MOTPE, #5995 GPSampler); no real step time, GiB or USD per 1M tokens comes near it.
+WORST_HIGHER_IS_BETTER = 0.0
+WORST_LOWER_IS_BETTER = 1e9
+# For a metric compare.GOALS does not list, its name decides: any of these words (split on _
+# and .) means higher is better, else any of LOWER_WORDS lower, else higher.
+HIGHER_WORDS = frozenset({"per", "throughput", "tflops", "mfu", "gbps", "algbw", "busbw"})
+LOWER_WORDS = frozenset(
+    {"s", "time", "latency", "mem", "gib", "bytes", "cost", "loss", "err", "alpha"}
+)
+
+
+def objective_goal(metric: str) -> str:
+    """ "max" when higher is better for `metric`, else "min" (compare.GOALS, else its name)."""
+    from distbench.tools.compare import GOALS
+
+    if metric in GOALS:
+        return GOALS[metric]
+    words = set(re.split(r"[_.]", metric.lower()))
+    if words & HIGHER_WORDS or not words & LOWER_WORDS:
+        return "max"
+    return "min"
+
+
+def worst_value(metric: str) -> float:
+    return WORST_HIGHER_IS_BETTER if objective_goal(metric) == "max" else WORST_LOWER_IS_BETTER
+
+
+def objective_value(outcome: dict[str, Any], metric: str) -> float:
+    """The value main() returns for a job's outcome: its `metric` when the job measured it (a
+    FINISHED job, or one skipped under resume=true whose earlier run FINISHED), else the worst
+    value for the metric's direction (worst_value)."""
+    measured = outcome.get("status") == "FINISHED" or (
+        outcome.get("status") == "SKIPPED" and outcome.get("previous_status") == "FINISHED"
+    )
+    value = (outcome.get("metrics") or {}).get(metric)
+    if measured and isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    if measured:  # a typo in objective= would make every job look failed: say so once per job
+        known = ", ".join(sorted(outcome.get("metrics") or {})) or "none"
+        print(f"distbench: objective={metric} is not a metric of this job (it has: {known})")
+    return worst_value(metric)
+
+
+def help_groups() -> str:
+    """`--help`'s config groups and their options, the current choice in [ ] (HIDDEN_GROUPS
+    left out; experiments/ added: it is on the searchpath, which Hydra's listing does not see)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    loader = GlobalHydra.instance().config_loader()
+    choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+    groups = {
+        group: set(loader.get_group_options(group))
+        for group in loader.list_groups("")
+        if group not in HIDDEN_GROUPS
+    }
+    studies = Path(os.environ["DISTBENCH_HOME"]) / "experiments"
+    groups.setdefault("experiments", set()).update(p.stem for p in studies.glob("*.yaml"))
+    width = max(map(len, groups)) + 2
+    lines = []
+    for group in sorted(groups):
+        options = [f"[{o}]" if choices.get(group) == o else o for o in sorted(groups[group])]
+        lines += textwrap.wrap(
+            ", ".join(options),
+            HELP_WIDTH,
+            initial_indent=f"{group + ':':<{width}}",
+            subsequent_indent=" " * width,
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines)
+
+
+OmegaConf.register_new_resolver("distbench.help_groups", help_groups, replace=True)
+
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float:
+    """Run one job; return its `objective` metric (objective_value) for a sweeper plugin."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -40,13 +133,20 @@ def main(cfg: DictConfig) -> None:
     try:
         outcome = run_job(cfg, job_dir, PROJECT_DIR / "conf", PROJECT_DIR)
     except (KeyboardInterrupt, JobCancelled) as exc:  # recorded as cancelled: stop, no traceback
-        print(f"distbench: stopped ({exc or 'Ctrl-C'}); the sweep's parent run is closed")
+        print(f"distbench: stopped ({str(exc) or 'Ctrl-C'}); the sweep's parent run is closed")
         sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
     if single_run:
         print_summary([outcome], title=f"distbench run {job_dir}")
         if outcome["status"] == "FAILED":
             sys.exit(1)
+    return objective_value(outcome, cfg.get("objective") or "throughput_tokens_per_s")
 
 
 if __name__ == "__main__":
+    from distbench.compose.overrides import refuse_overrides
+
+    refused = refuse_overrides(sys.argv[1:], PROJECT_DIR / "conf")
+    if refused:  # Hydra would print several lines (and, in a sweep, abort it): one line
+        print(f"distbench: invalid config: {refused}", file=sys.stderr)
+        sys.exit(2)
     main()

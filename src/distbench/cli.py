@@ -3,6 +3,7 @@
 distbench ui [--port 5000]            # the MLflow UI on the configured store, on 127.0.0.1
 distbench summary multirun/DAY/TIME   # reprint a sweep's comparison table
 distbench plan model=llama3_8b world_size=8 hardware=h100_sxm [--json]   # predict, run nothing
+distbench resolve strategy=zero3 world_size=4 [--json]   # the Job and DeepSpeed config
 distbench report --sweep latest --out report/   # tables + plots from MLflow, logged on the sweep
 distbench server --backend postgresql://mlflow@db:5432/mlflow   # a team server (PGPASSWORD)
 distbench compare --baseline <parent run id> --candidate latest  # exit 1 on a regression
@@ -144,6 +145,76 @@ def _plan(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(plan)))
     else:
         print_plan(plan)
+    return 0
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    """What `python run.py OVERRIDES` would run, resolved and checked, without launching: the
+    Job as YAML (layout, ZeRO stage, topology, hardware figures and peaks) and, for the
+    deepspeed engine, the config its ranks pass to deepspeed.initialize (engines/deepspeed.py
+    ds_config) as a second YAML document in JSON. Exit 2 with one line for what run.py
+    refuses."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from distbench.compose.schema import register_configs
+    from distbench.orchestrator import precheck, resolve
+    from distbench.tools.plan import project_dir
+
+    try:
+        home = project_dir()
+        os.environ.setdefault("DISTBENCH_HOME", str(home))  # conf/config.yaml's searchpath
+        register_configs()
+        with initialize_config_dir(config_dir=str(home / "conf"), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=args.overrides)
+    except (HydraException, OmegaConfBaseException, FileNotFoundError) as exc:
+        line = _one_line(exc)
+        if exc.__cause__ is not None:  # e.g. world_size=abc: the value that did not convert
+            line += f" ({_one_line(exc.__cause__)})"
+        if isinstance(exc, MissingConfigException) and exc.options:
+            line += f"; choose one of {', '.join(sorted(exc.options))}"
+        print(f"distbench: resolve: {line}", file=sys.stderr)
+        return 2
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    job, refusal = resolve(cfg, home / "conf")
+    if job is None:
+        print(f"distbench: resolve: invalid config: {refusal}", file=sys.stderr)
+        return 2
+    ds = None
+    if job.engine == "deepspeed":
+        from distbench.engines.deepspeed import ds_config
+
+        ds = ds_config(job)
+    if args.json:
+        print(json.dumps({"job": job.tree(), "deepspeed_config": ds}))
+        return 0
+    layout, hw = job.layout, job.hardware
+    peak = getattr(hw, f"peak_tflops_{job.dtype}", None)
+    stage = "" if layout.zero_stage is None else f", ZeRO stage {layout.zero_stage}"
+    found = f", hardware=auto found {hw.detected}" if hw.detected else ""
+    command = " ".join(["python run.py", *args.overrides])
+    print(f"# distbench resolve: what `{command}` runs; nothing launched")
+    print(
+        f"# layout: {layout.world_size} ranks = dp {layout.dp} x pp {layout.pp} x tp {layout.tp}"
+        f"{stage}, engine {job.engine}; {job.topology.num_nodes} node(s) x "
+        f"{job.topology.ranks_per_node} ranks"
+    )
+    print(
+        f"# hardware: {hw.name} ({hw.device}{found}), peak {job.dtype} "
+        f"{'unknown' if peak is None else f'{peak:g}'} TFLOP/s per device ({hw.peak_source})"
+    )
+    shortfall = precheck(cfg, home / "conf")
+    if shortfall:  # the Job resolves, but this machine cannot host its ranks
+        print(f"# note: run.py on this machine refuses it: {shortfall}")
+    print(job.to_yaml(), end="")
+    if ds is not None:
+        print("--- # the DeepSpeed config the ranks pass to deepspeed.initialize")
+        print(json.dumps(ds, indent=2))
     return 0
 
 
@@ -344,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--latency-us", type=float, help="µs per collective (default 10 / 100)")
     plan.add_argument("--recompute", action="store_true", help="full activation recomputation")
     plan.set_defaults(func=_plan)
+    res = sub.add_parser(
+        "resolve",
+        help="the Job run.py would run (layout, hardware, DeepSpeed config), checked; run nothing",
+    )
+    res.add_argument("overrides", nargs="*", help="Hydra overrides as for run.py")
+    res.add_argument("--json", action="store_true", help="one JSON object: job, deepspeed_config")
+    res.set_defaults(func=_resolve)
     rep = sub.add_parser("report", help="tables and plots of a sweep's runs, read from MLflow")
     rep.add_argument("--sweep", help="a parent run id, or 'latest' (default unless --experiment)")
     rep.add_argument("--experiment", help="every run of this experiment (default: distbench)")

@@ -304,7 +304,7 @@ def config_error_line(exc: OmegaConfBaseException) -> str:
     if key and key not in message:
         message = f"{key}: {message}"
     if "Missing mandatory value" in message:
-        message += " (a schema such as strategy=base_strategy is not an option; pick a file)"
+        message += " (a required value is unset: give it on the command line)"
     return message
 
 

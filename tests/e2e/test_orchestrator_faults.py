@@ -1,5 +1,5 @@
-"""The orchestrator itself under faults: whatever raises inside a job (a schema node chosen as
-an option, an unresolvable ${oc.env:...} override) becomes a FAILED child with its reason and
+"""The orchestrator itself under faults: whatever raises inside a job (a mandatory value left
+unset, an unresolvable ${oc.env:...} override) becomes a FAILED child with its reason and
 the sweep goes on to its summary; SIGTERM to the sweep records the running job as `cancelled`,
 kills its ranks and closes the parent run; a CPU world size this machine cannot host is refused
 in one line before anything starts.
@@ -30,7 +30,7 @@ def test_exceptions_in_the_orchestrator_become_failed_runs_and_the_sweep_finishe
     proc = run_py(
         [
             "-m",
-            "strategy=base_strategy,dp",
+            "strategy.name=???,dp",  # a mandatory value left unset
             "+unresolvable=${oc.env:DISTBENCH_NO_SUCH_VARIABLE}",
             *FEW_STEPS,
             f"hydra.sweep.dir={sweep_dir}",

@@ -184,21 +184,31 @@ class Config:
     # Skip jobs whose signature already has a FINISHED run (FAILED ones too, unless retry_failed).
     resume: bool = False
     retry_failed: bool = False
+    # The metric run.py's main() returns, for a Hydra sweeper plugin that searches (Optuna,
+    # Nevergrad, Ax): a key of the outcome's metrics. A job without it (FAILED, or refused)
+    # returns the worst value (run.py: objective_value). Not part of the run's signature.
+    objective: str = "throughput_tokens_per_s"
+
+
+# The group each schema validates: conf/<group>/*.yaml extend `/schema/<group>@_here_`.
+SCHEMA_NODES: dict[str, type] = {
+    "model": ModelConfig,
+    "strategy": StrategyConfig,
+    "batch": BatchConfig,
+    "hardware": HardwareConfig,
+    "tracking": TrackingConfig,
+}
 
 
 def register_configs() -> None:
-    """Store the schemas so YAML options can start with `defaults: [base_<group>]`, and each
-    workload's option (workload=<name>, with its own schema) from its folder."""
+    """Store the schemas and each workload's option (workload=<name>, with its own schema) from
+    its folder. A group's schema is `schema/<group>`, a group users never pick: each YAML option
+    starts with `defaults: [/schema/<group>@_here_]` (validated against it, its defaults filled
+    in), and `strategy=` offers only the YAML files."""
     from distbench import workloads
 
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
-    for group, node in [
-        ("model", ModelConfig),
-        ("strategy", StrategyConfig),
-        ("batch", BatchConfig),
-        ("hardware", HardwareConfig),
-        ("tracking", TrackingConfig),
-    ]:
-        cs.store(group=group, name=f"base_{group}", node=node)
+    for group, node in SCHEMA_NODES.items():
+        cs.store(group="schema", name=group, node=node)
     workloads.register_options(cs)

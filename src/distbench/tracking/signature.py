@@ -16,8 +16,9 @@ SIGNATURE_TAG = "distbench.signature"
 # (the key ends with the parent run id): the report of that sweep shows it, so a resumed
 # sweep's report is the whole grid.
 RESUMED_INTO_TAG_PREFIX = "distbench.resumed_into."
-# Where results go, how long to wait, whether to resume: none of it changes what is measured.
-EXCLUDED_KEYS = ("tracking", "limits", "resume", "retry_failed", "hydra")
+# Where results go, how long to wait, whether to resume, which metric a sweeper searches on
+# (`objective`): none of it changes what is measured.
+EXCLUDED_KEYS = ("tracking", "limits", "resume", "retry_failed", "hydra", "objective")
 
 
 def run_signature(config_tree: dict[str, Any]) -> str:
