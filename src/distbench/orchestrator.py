@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -48,6 +49,11 @@ SCHEDULER_STATE_WAIT_S = 5.0
 MAX_RANKS_PER_CPU_CORE = 4
 
 
+# Set by hydra/launcher=slurm in the job's process: a SIGTERM there comes from SLURM, whose final
+# state (CANCELLED, TIMEOUT, PREEMPTED) is known only once the job has exited.
+SLURM_LAUNCHER_ENV = "DISTBENCH_SLURM_LAUNCHER"
+
+
 class JobCancelled(BaseException):
     """SIGTERM reached the orchestrator (scancel, kill, a CI timeout). A BaseException, like
     KeyboardInterrupt, so that nothing on the way swallows it: the job is recorded as
@@ -56,6 +62,26 @@ class JobCancelled(BaseException):
 
 def raise_on_sigterm(signum: int, frame: Any) -> None:
     raise JobCancelled(f"signal {signal.Signals(signum).name}")
+
+
+def sigterm_cause(signal_text: str) -> tuple[str, str]:
+    """(failure_kind, reason) of a SIGTERM: inside a SLURM job, what SLURM says ended it (scancel
+    → cancelled, its time limit → timeout, preemption → preempted, with the state in the
+    reason); anywhere else, or when SLURM does not say, `cancelled`."""
+    if SLURM_JOB_ENV not in os.environ:
+        return "cancelled", signal_text
+    from distbench.launch.slurm_state import STATE_KINDS, slurm_job_state
+
+    job_id = slurm_job_id(os.environ)
+    try:
+        state, slurm_reason = slurm_job_state(job_id)
+    except (OSError, subprocess.SubprocessError):  # no scontrol/sacct on this node
+        state, slurm_reason = "", ""
+    kind = STATE_KINDS.get(state.split()[0] if state else "", "cancelled")
+    reason = f"{signal_text} from SLURM: job {job_id} {state or 'state unknown'}"
+    if slurm_reason and slurm_reason != "None":
+        reason += f" (reason: {slurm_reason})"
+    return kind, reason
 
 
 def install_sigterm_handler() -> None:
@@ -367,8 +393,12 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     try:
         return _run_job(cfg, job_dir, conf_dir, project_dir, label, started)
     except (KeyboardInterrupt, JobCancelled) as exc:
-        why = "Ctrl-C (SIGINT)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-        _record_unexpected(cfg, job_dir, project_dir, label, started, "cancelled", why)
+        if isinstance(exc, JobCancelled) and os.environ.get(SLURM_LAUNCHER_ENV):
+            raise  # distbench's SLURM launcher records it with the state SLURM ends it in
+        kind, why = "cancelled", "Ctrl-C (SIGINT)"
+        if isinstance(exc, JobCancelled):
+            kind, why = sigterm_cause(str(exc))
+        _record_unexpected(cfg, job_dir, project_dir, label, started, kind, why)
         raise
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"

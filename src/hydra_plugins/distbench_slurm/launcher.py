@@ -75,6 +75,9 @@ class DistbenchSlurmLauncher(SlurmLauncher):
     ) -> JobReturn | None:
         if int(os.environ.get("SLURM_PROCID", "0")) != 0:
             return None  # another node of the job: task 0's srun starts the ranks here
+        from distbench.orchestrator import SLURM_LAUNCHER_ENV
+
+        os.environ[SLURM_LAUNCHER_ENV] = "1"  # a SIGTERM is SLURM's: recorded by launch()
         return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
 
     def _executor(self) -> Any:
