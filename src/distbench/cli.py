@@ -470,7 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     sch.set_defaults(func=_schedule)
     sch.add_argument("rest", nargs=argparse.REMAINDER, metavar="experiment=NAME [OVERRIDE ...]")
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `distbench resolve ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -54,3 +54,14 @@ def test_report_refuses_a_tracking_uri_no_store_understands():
 def test_sync_of_a_missing_dir_is_an_error(tmp_path):
     proc = distbench("sync", str(tmp_path / "no-such-sweep"))
     assert_one_line_refusal(proc, "no such directory", "no-such-sweep")
+
+
+def test_output_piped_into_a_reader_that_leaves_early_is_no_traceback():
+    proc = subprocess.run(
+        f"{sys.executable} -m distbench.cli resolve strategy=zero3 world_size=4 | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.stdout.startswith("# distbench resolve") and "Traceback" not in proc.stderr
