@@ -41,9 +41,10 @@ HELP_WIDTH = 100
 # MOTPE, #5995 GPSampler); no real step time, GiB or USD per 1M tokens comes near it.
 WORST_HIGHER_IS_BETTER = 0.0
 WORST_LOWER_IS_BETTER = 1e9
-# For a metric compare.GOALS does not list, its name decides: any of these words (split on _
-# and .) means higher is better, else any of LOWER_WORDS lower, else higher.
-HIGHER_WORDS = frozenset({"per", "throughput", "tflops", "mfu", "gbps", "algbw", "busbw"})
+# For a metric compare.GOALS does not list, its name decides: a rate (…_per_s) or any of
+# HIGHER_WORDS (split on _ and .) means higher is better, else any of LOWER_WORDS lower (bytes
+# per step, GiB per rank, USD per 1M tokens), else higher.
+HIGHER_WORDS = frozenset({"throughput", "tflops", "mfu", "gbps", "algbw", "busbw"})
 LOWER_WORDS = frozenset(
     {"s", "time", "latency", "mem", "gib", "bytes", "cost", "loss", "err", "alpha"}
 )
@@ -55,8 +56,9 @@ def objective_goal(metric: str) -> str:
 
     if metric in GOALS:
         return GOALS[metric]
-    words = set(re.split(r"[_.]", metric.lower()))
-    if words & HIGHER_WORDS or not words & LOWER_WORDS:
+    name = metric.lower()
+    words = set(re.split(r"[_.]", name))
+    if name.endswith("_per_s") or words & HIGHER_WORDS or not words & LOWER_WORDS:
         return "max"
     return "min"
 
@@ -139,7 +141,7 @@ def main(cfg: DictConfig) -> float:
         print_summary([outcome], title=f"distbench run {job_dir}")
         if outcome["status"] == "FAILED":
             sys.exit(1)
-    return objective_value(outcome, cfg.get("objective") or "throughput_tokens_per_s")
+    return objective_value(outcome, cfg.objective)
 
 
 if __name__ == "__main__":

@@ -67,19 +67,18 @@ from typing import Any
 
 import psutil
 
+from distbench.launch.workers import MASTER_ADDR, SHM_DIR, job_ports
+from distbench.tracking.spool import JOB_DIR_TAG, SWEEP_DIR_TAG
+
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 RUN_PY = PROJECT_DIR / "run.py"
-SHM_DIR = Path("/dev/shm")
 # Every process a scenario starts inherits it (value: the scenario's dir), so that what it left
 # is found even where its command line does not name the dir (the /dev/shm lifeline watcher).
 MARKER_ENV = "DISTBENCH_FAULT_HARNESS"
 EXPERIMENT = "distbench"
-JOB_DIR_TAG = "distbench.job_dir"
-SWEEP_DIR_TAG = "distbench.sweep_dir"
 PARENT_TAG = "mlflow.parentRunId"
 RUN_TIMEOUT_S = 900
 SAMPLE_S = 0.25
-MASTER_ADDR = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -114,12 +113,8 @@ def mentions(cmdline: Iterable[str], environ: dict[str, str] | None, marker: str
 def ports_in(cmdline: Iterable[str]) -> set[int]:
     """The rendezvous ports a torchrun / lifeline command line names (they name the job's
     DeepSpeed files in /dev/shm: *_127.0.0.1_<port>_*)."""
-    found = set()
     args = list(cmdline)
-    for arg in args:
-        match = re.match(r"--(?:master_port=|rdzv_endpoint=[^=]*:)(\d+)$", arg)
-        if match:
-            found.add(int(match.group(1)))
+    found = set(job_ports(args))
     if "distbench.launch.lifeline" in args:  # python -m distbench.launch.lifeline PORT...
         after = args[args.index("distbench.launch.lifeline") + 1 :]
         found.update(int(a) for a in after if a.isdigit())
@@ -642,7 +637,6 @@ def sigkill(sc: Scene) -> dict[str, Any]:
     recorded_before_sync = len(job_runs(store_runs(sc.uri)))
     sync = sc.sync(sweep_dir)
     counts = count_uploaded(sync.stdout)
-    uploaded = counts[0] if counts else 0
     runs = store_runs(sc.uri)
     children, parents = job_runs(runs), parent_runs(runs)
     killed_job = sweep_dir / "1"
@@ -654,8 +648,8 @@ def sigkill(sc: Scene) -> dict[str, Any]:
     parent_status = ",".join(statuses(parents)) or "none"
     return {
         "fault": "SIGKILL to run.py in job 2 of 2, then distbench sync",
-        # the jobs that ended before the kill, plus what sync found spooled
-        "expected": len(finished_before) + uploaded,
+        # the job that ended before the kill and the killed one, recorded by sync
+        "expected": 2,
         "outcome": (
             f"{len(before)} procs, gone in {gone_after_s:.1f} s; sync "
             f"{sync_summary(counts, sync.returncode)}; "
@@ -665,6 +659,8 @@ def sigkill(sc: Scene) -> dict[str, Any]:
         "checks": {
             f"ranks gone within {s.orphan_wait_s:g} s": not left,
             "sync exit 0": sync.returncode == 0,
+            "killed job FAILED orchestrator_lost": killed_as == "FAILED orchestrator_lost",
+            "parent FINISHED": parent_status == "FINISHED",
         },
         "details": {
             "processes_before_kill": before,
@@ -688,23 +684,19 @@ UNRESOLVABLE = "+unresolvable=${oc.env:DISTBENCH_NO_SUCH_VARIABLE}"
 
 def exception_sweep(sc: Scene, sweep: str, fault: str) -> dict[str, Any]:
     """A 2-job sweep whose jobs raise inside the orchestrator (resolving their config): 2 FAILED
-    invalid_config children and the sweep's parent FINISHED. A sweep refused before any job
-    starts (exit 2, one line) expects no run, and says so."""
+    invalid_config children and the sweep's parent FINISHED."""
     sweep_dir = sc.dir / "sweep"
     args = ["-m", sweep, UNRESOLVABLE, *sc.settings.steps()]
     proc, _ = sc.run_py([*args, f"hydra.sweep.dir={sweep_dir}"])
-    refused = proc.returncode == 2 and not list(sweep_dir.glob("*/"))
     runs = store_runs(sc.uri)
     children, parents = job_runs(runs), parent_runs(runs)
     kinds = sorted(r.data.tags.get("failure_kind", "?") for r in children)
     parent_status = ",".join(statuses(parents)) or "none"
     last_line = (proc.stderr.strip().splitlines() or [""])[-1]
     outcome = f"{len(children)} FAILED {'/'.join(sorted(set(kinds)))}, parent {parent_status}"
-    if refused:
-        outcome = f"sweep refused before any job (exit 2): {last_line.removeprefix('distbench: ')}"
     return {
         "fault": fault,
-        "expected": 0 if refused else 2,
+        "expected": 2,
         "outcome": outcome,
         "checks": {
             "sweep exit 0": proc.returncode == 0,
@@ -715,7 +707,6 @@ def exception_sweep(sc: Scene, sweep: str, fault: str) -> dict[str, Any]:
         },
         "details": {
             "exit_code": proc.returncode,
-            "refused_before_any_job": refused,
             "stderr_last_line": last_line[:300],
             "reasons": [r.data.tags.get("failure_reason", "")[:200] for r in children],
         },

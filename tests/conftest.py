@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import psutil
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
@@ -53,3 +54,15 @@ def requires_gpus(count: int = 1):
     return pytest.mark.skipif(
         not has_cuda_devices(count), reason=f"needs {count} CUDA device(s); none found here"
     )
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line names `text` (a zombie has exited: only its parent's
+    wait is missing)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if any(text in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found

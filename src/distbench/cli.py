@@ -42,7 +42,7 @@ def _ui(args: argparse.Namespace) -> int:
     uri = _store_uri(args)
     experiment_id = ensure_experiment(uri, args.experiment)
     url = ui_url(uri, experiment_id, args.port)
-    print(f"MLflow UI for {mask_text(uri)}: {mask_text(url)}", flush=True)
+    print(f"MLflow UI for {mask_text(uri)}: {url}", flush=True)
     if uri.startswith(("http://", "https://")):
         return 0  # a tracking server serves its own UI
     cmd = [

@@ -70,18 +70,15 @@ def sigterm_cause(signal_text: str) -> tuple[str, str]:
     reason); anywhere else, or when SLURM does not say, `cancelled`."""
     if SLURM_JOB_ENV not in os.environ:
         return "cancelled", signal_text
-    from distbench.launch.slurm_state import STATE_KINDS, slurm_job_state
+    from distbench.launch.slurm_state import slurm_job_state, state_kind, with_slurm_reason
 
     job_id = slurm_job_id(os.environ)
     try:
         state, slurm_reason = slurm_job_state(job_id)
     except (OSError, subprocess.SubprocessError):  # no scontrol/sacct on this node
         state, slurm_reason = "", ""
-    kind = STATE_KINDS.get(state.split()[0] if state else "", "cancelled")
     reason = f"{signal_text} from SLURM: job {job_id} {state or 'state unknown'}"
-    if slurm_reason and slurm_reason != "None":
-        reason += f" (reason: {slurm_reason})"
-    return kind, reason
+    return state_kind(state, "cancelled"), with_slurm_reason(reason, slurm_reason)
 
 
 def install_sigterm_handler() -> None:
@@ -675,17 +672,13 @@ def _log_unspooled(
 ) -> str:
     """Log a run whose job dir could not hold its spool: straight to the store, with the job
     dir's files that exist as artifacts and the reason in a `spool_error` tag."""
-    from distbench.tracking.mlflow_store import ensure_experiment, log_child_run
+    from distbench.tracking.mlflow_store import ensure_experiment
+    from distbench.tracking.spool import log_payload
 
-    return log_child_run(
+    return log_payload(
         uri,
         ensure_experiment(uri, payload["experiment_name"]),
-        payload["run_name"],
-        params=payload["params"],
-        metrics=payload["metrics"],
+        payload,
         tags={**payload["tags"], "spool_error": spool_error},
         artifacts=[p for p in artifacts if p.is_file()],
-        failed=payload["failed"],
-        parent_run_id=payload["parent_run_id"],
-        series=[tuple(s) for s in payload["series"]],
     )

@@ -9,20 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psutil
 import pytest
 
+from tests.conftest import processes_mentioning
 from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
 
 pytestmark = pytest.mark.e2e
-
-
-def processes_mentioning(text: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(text in part for part in proc.info["cmdline"] or []):
-            found.append(proc)
-    return found
 
 
 def test_kill_stall_and_memory_cap_are_recorded_and_the_sweep_goes_on(tmp_path):

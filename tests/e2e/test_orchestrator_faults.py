@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import PROJECT_DIR
 from tests.e2e.test_faults import processes_mentioning
-from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
+from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of, sync_py
 
 pytestmark = pytest.mark.e2e
 
@@ -171,13 +171,7 @@ def test_a_sigkilled_sweep_leaves_no_rank_and_sync_records_the_job_and_closes_th
     assert not processes_mentioning(str(sweep_dir)), "ranks outlived their orchestrator"
     runs = runs_of(tmp_path)
     assert list(runs["status"]) == ["RUNNING"]  # the parent, left open by the kill
-    sync = subprocess.run(
-        [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    sync = sync_py(sweep_dir, tmp_path)
     assert sync.returncode == 0, sync.stderr[-2000:]
     assert "1 job(s) whose orchestrator died recorded as orchestrator_lost" in sync.stdout
     runs = runs_of(tmp_path)
@@ -187,11 +181,5 @@ def test_a_sigkilled_sweep_leaves_no_rank_and_sync_records_the_job_and_closes_th
     assert child["tags.mlflow.parentRunId"] == parent["run_id"]
     assert (child["status"], child["tags.failure_kind"]) == ("FAILED", "orchestrator_lost")
     assert child["params.fault.kind"] == "stall"
-    again = subprocess.run(
-        [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = sync_py(sweep_dir, tmp_path)
     assert "0 uploaded, 1 already in the store" in again.stdout and len(runs_of(tmp_path)) == 2

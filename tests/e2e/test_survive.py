@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from distbench.launch.workers import free_port
 from tests.conftest import PROJECT_DIR
-from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
+from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of, sync_py
 
 pytestmark = pytest.mark.e2e
 
@@ -190,13 +190,7 @@ def test_retry_failed_into_the_same_sweep_dir_logs_the_retry_as_a_linked_new_att
     assert finished["tags.distbench.attempt"] == "2"
     assert finished["tags.distbench.previous_run_id"] == failed_run
     assert finished["metrics.step_time_s_p50"] > 0
-    sync = subprocess.run(
-        [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)],
-        env=dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    sync = sync_py(sweep_dir, tmp_path)
     assert sync.returncode == 0 and "0 uploaded, 1 already in the store" in sync.stdout
     assert len(runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])) == 2
 
@@ -221,13 +215,7 @@ def test_a_quote_in_the_sweep_dir_a_symlink_and_a_secret_override(tmp_path):
     assert "s3cr3t" not in overrides and "+zero_optimization.api_key=***" in overrides
     link = tmp_path / "link"
     link.symlink_to(sweep_dir)
-    sync = subprocess.run(
-        [sys.executable, "-m", "distbench.cli", "sync", str(link)],
-        env=dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    sync = sync_py(link, tmp_path)
     assert sync.returncode == 0, sync.stderr[-2000:]
     assert "0 uploaded, 2 already in the store" in sync.stdout
     assert len(runs_of(tmp_path)) == 3

@@ -65,6 +65,17 @@ def run_py(
     )
 
 
+def sync_py(sweep_dir, tmp_path) -> subprocess.CompletedProcess:
+    """`distbench sync SWEEP_DIR` into tmp_path's store, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)],
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def runs_of(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     try:

@@ -204,7 +204,9 @@ def test_objective_direction_follows_the_metric():
     for metric in ("throughput_tokens_per_s", "mfu_pct", "tflops_per_device", "busbw_gbps_peak.x"):
         assert run.objective_goal(metric) == "max", metric
         assert run.worst_value(metric) == 0.0
-    for metric in ("step_time_s_p50", "peak_mem_gib", "cost_usd_per_1m_tokens", "latency_s_p50"):
+    lower = ("step_time_s_p50", "peak_mem_gib", "cost_usd_per_1m_tokens", "latency_s_p50")
+    lower += ("pred_comm_bytes_per_step", "mem_per_rank_gib_sharded")  # "per", yet not rates
+    for metric in lower:
         assert run.objective_goal(metric) == "min", metric
         assert run.worst_value(metric) == run.WORST_LOWER_IS_BETTER
         assert math.isfinite(run.worst_value(metric))

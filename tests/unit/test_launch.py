@@ -19,6 +19,7 @@ from distbench.launch.workers import (
     run_workers,
     worker_command,
 )
+from tests.conftest import processes_mentioning
 
 pytestmark = pytest.mark.unit
 
@@ -147,17 +148,6 @@ def test_a_rank_exiting_without_an_error_file_is_named():
     assert kind == "crash" and reason.startswith("rank 3 exited with code 1")
 
 
-def live_processes_mentioning(text: str) -> list[str]:
-    """Processes whose command line names `text`, zombies aside (they have exited)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and text in " ".join(
-            proc.info["cmdline"] or []
-        ):
-            found.append(f"{proc.pid} {proc.info['status']} {proc.info['cmdline']}")
-    return found
-
-
 def test_an_earlier_attempts_files_are_cleared_and_the_config_kept(tmp_path):
     attempt = [
         "result.json",
@@ -233,7 +223,7 @@ def test_a_stopped_rank_in_its_own_session_is_killed_with_the_group(tmp_path):
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
     outcome = run_workers(tmp_path, cmd, env, 120, watchdog=both_started_and_one_stopped)
-    assert live_processes_mentioning(str(script)) == []
+    assert processes_mentioning(str(script)) == []
     assert outcome.failure_reason == "rank 1 stopped; all ranks killed", outcome.stderr_tail
     assert outcome.survivors == []
 
@@ -259,7 +249,7 @@ def test_a_killed_launcher_is_named_as_the_cause_and_its_ranks_die_with_it(tmp_p
     assert not outcome.ok and outcome.returncode == -signal.SIGKILL
     assert outcome.failure_kind == "crash"
     assert outcome.failure_reason.startswith("the launcher (torchrun) was killed by SIGKILL")
-    assert live_processes_mentioning(str(script)) == []
+    assert processes_mentioning(str(script)) == []
 
 
 def test_a_launcher_killed_by_the_oom_killer_is_an_oom():

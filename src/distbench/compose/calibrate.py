@@ -20,7 +20,6 @@ by host, device name, dtype and threads; `--force` measures again.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import socket
@@ -29,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from distbench.files import file_lock, write_json_atomic
 
 MIN_TIMED_ITERS = 10
 DEFAULT_SIZE = {"cpu": 2048, "cuda": 8192}
@@ -61,13 +62,10 @@ def store_peak(device_name: str, dtype: str, threads: int, result: dict[str, Any
     """Add one measurement to the cache (a lock: several jobs may calibrate at once)."""
     path = cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with (path.parent / "peak_tflops.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(path.parent / "peak_tflops.lock"):
         cache = _read_cache(path)
         cache[cache_key(device_name, dtype, threads)] = result
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        tmp.replace(path)
+        write_json_atomic(path, dict(sorted(cache.items())))
 
 
 def gemm_tflops(n: int, seconds: float) -> float:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from distbench.files import write_json_atomic
 from distbench.job import Job
 
 CACHE = Path.home() / ".cache" / "distbench" / "reference_losses.json"
@@ -85,9 +86,7 @@ def reference_loss(job: Job, job_dir: Path, timeout_s: float = 600) -> float:
         cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
         cache[key] = json.loads(out.strip().splitlines()[-1])["loss_first_single"]
         CACHE.parent.mkdir(parents=True, exist_ok=True)
-        tmp = CACHE.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache, indent=1))
-        tmp.replace(CACHE)
+        write_json_atomic(CACHE, cache)
     return cache[key]
 
 

@@ -23,14 +23,20 @@ STATE_KINDS = {
 }
 
 
+def state_kind(state: str, default: str) -> str:
+    """The failure kind of a SLURM job state ("CANCELLED by 0" → cancelled), else `default`."""
+    return STATE_KINDS.get(state.split()[0] if state else "", default)
+
+
+def with_slurm_reason(text: str, slurm_reason: str) -> str:
+    """`text`, and SLURM's Reason field where it says something."""
+    return f"{text} (reason: {slurm_reason})" if slurm_reason and slurm_reason != "None" else text
+
+
 def scheduler_failure(state: str, slurm_reason: str) -> tuple[str, str]:
     """(failure_kind, failure_reason) of a SLURM job that ended without recording itself."""
-    base = state.split()[0] if state else "UNKNOWN"  # "CANCELLED by 0" → CANCELLED
-    kind = STATE_KINDS.get(base, "crash")
     reason = f"SLURM job ended {state or 'UNKNOWN'} before the job recorded an outcome"
-    if slurm_reason and slurm_reason != "None":
-        reason += f" (reason: {slurm_reason})"
-    return kind, reason
+    return state_kind(state, "crash"), with_slurm_reason(reason, slurm_reason)
 
 
 def parse_scontrol_job(text: str) -> tuple[str, str]:

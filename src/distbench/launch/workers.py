@@ -57,7 +57,11 @@ ATTEMPT_FILES = (
     "workers.stderr.log",
     "stderr_tail.txt",
 )
-ATTEMPT_GLOBS = ("result.json.tmp", "error.rank*.json", "error.rank*.json.tmp", "stack.rank*.txt")
+ATTEMPT_GLOBS = ("error.rank*.json", "stack.rank*.txt", ".result.json.*.tmp", ".error.rank*.tmp")
+ATTEMPT_GLOBS += (
+    "result.json.tmp",
+    "error.rank*.json.tmp",
+)  # as versions before 2026-11-23 named them
 HEARTBEAT_DIR = "heartbeat"
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import functools
 import gc
 import os
@@ -27,6 +26,8 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+
+from distbench.files import file_lock
 
 T = TypeVar("T")
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limits
@@ -184,12 +185,8 @@ def store_lock(tracking_uri: str) -> Iterator[None]:
         yield
         return
     db.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{db}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with file_lock(f"{db}.lock"):
+        yield
 
 
 def _artifact_location(tracking_uri: str) -> str | None:
@@ -215,13 +212,16 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
 
 
 def ui_url(tracking_uri: str, experiment_id: str, ui_port: int) -> str:
-    """The MLflow UI page listing an experiment's runs (the bare experiment URL opens traces)."""
+    """The MLflow UI page listing an experiment's runs (the bare experiment URL opens traces),
+    any password in a server's URI masked: it is printed."""
+    from distbench.tracking.secrets_mask import mask_text
+
     base = (
         tracking_uri.rstrip("/")
         if tracking_uri.startswith(("http://", "https://"))
         else f"http://127.0.0.1:{ui_port}"
     )
-    return f"{base}/#/experiments/{experiment_id}/runs"
+    return mask_text(f"{base}/#/experiments/{experiment_id}/runs")
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, str]:

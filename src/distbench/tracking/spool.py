@@ -15,14 +15,12 @@ tagged or looked up, so a sweep dir reached through a symlink is the same sweep.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from distbench.files import file_lock, write_json_atomic
 from distbench.tracking.mlflow_store import (
     StoreUnavailable,
     client,
@@ -52,9 +50,7 @@ def write_payload(job_dir: Path, payload: dict[str, Any]) -> None:
     when absent: each call is a new attempt), attempt (its number) and previous_run_id.
     Written atomically: a job killed meanwhile leaves the old payload or the new one."""
     payload = {**payload, "attempt_id": payload.get("attempt_id") or uuid.uuid4().hex}
-    tmp = job_dir / f".{PAYLOAD}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(payload, indent=1))
-    tmp.replace(job_dir / PAYLOAD)
+    write_json_atomic(job_dir / PAYLOAD, payload)
 
 
 def read_payload(job_dir: Path) -> dict[str, Any]:
@@ -69,22 +65,10 @@ def read_payload(job_dir: Path) -> dict[str, Any]:
     return payload
 
 
-@contextlib.contextmanager
-def job_lock(job_dir: Path) -> Iterator[None]:
-    """An exclusive file lock on a job dir while its run is looked up and uploaded, so that two
-    `sync` (or a sync and the job itself) do not both log it. A dir we cannot write is not
-    locked (nothing else can write its run either)."""
-    try:
-        lock = open(job_dir / LOCK, "a")  # noqa: SIM115 - held across the yield
-    except OSError:
-        yield
-        return
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+def job_lock(job_dir: Path) -> contextlib.AbstractContextManager[None]:
+    """An exclusive lock on a job dir while its run is looked up and uploaded, so that two
+    `sync` (or a sync and the job itself) do not both log it."""
+    return file_lock(job_dir / LOCK)
 
 
 def _runs_of_job_dir(tracking_uri: str, experiment_id: str, job_dir: Path) -> list[Any]:
@@ -178,44 +162,52 @@ def upload_attempt(
                 )
             )
             tags[ATTEMPT_ID_TAG] = attempt_id
-        run_id = log_child_run(
-            tracking_uri,
-            experiment_id,
-            payload["run_name"],
-            params=payload["params"],
-            metrics=payload["metrics"],
-            tags=tags,
-            artifacts=[job_dir / name for name in payload["artifacts"]],
-            failed=payload.get("failed", True),
-            parent_run_id=parent_run_id or payload.get("parent_run_id"),
-            series=[tuple(s) for s in payload.get("series", [])],
-        )
-        return run_id, False
+        artifacts = [job_dir / name for name in payload["artifacts"]]
+        payload = {**payload, "parent_run_id": parent_run_id or payload.get("parent_run_id")}
+        return log_payload(tracking_uri, experiment_id, payload, tags, artifacts), False
 
 
-def sweep_parent(tracking_uri: str, experiment_name: str, sweep_dir: Path) -> tuple[str, bool]:
-    """The parent run of a sweep dir: (the one its sweep opened, False), or (a new one, FINISHED,
-    True)."""
+def log_payload(
+    tracking_uri: str,
+    experiment_id: str,
+    payload: dict[str, Any],
+    tags: dict[str, str],
+    artifacts: list[Path],
+) -> str:
+    """Log a spooled run's payload (what write_payload takes) as one child run; returns its id."""
+    return log_child_run(
+        tracking_uri,
+        experiment_id,
+        payload["run_name"],
+        params=payload["params"],
+        metrics=payload["metrics"],
+        tags=tags,
+        artifacts=artifacts,
+        failed=payload.get("failed", True),
+        parent_run_id=payload.get("parent_run_id"),
+        series=[tuple(s) for s in payload.get("series", [])],
+    )
+
+
+def sweep_parent(tracking_uri: str, experiment_name: str, sweep_dir: Path) -> str:
+    """The parent run of a sweep dir: the one its sweep opened, else a new one (FINISHED)."""
     experiment_id = ensure_experiment(tracking_uri, experiment_name)
     with job_lock(sweep_dir):  # two syncs at once: one parent
-        return _sweep_parent(tracking_uri, experiment_id, sweep_dir)
-
-
-def _sweep_parent(tracking_uri: str, experiment_id: str, sweep_dir: Path) -> tuple[str, bool]:
-    for run in find_runs(tracking_uri, experiment_id, {SWEEP_DIR_TAG: str(sweep_dir)}):
-        if "mlflow.parentRunId" not in run.data.tags:
-            return run.info.run_id, False
-    mlflow = client(tracking_uri)
-    run = retry(
-        lambda: mlflow.create_run(
-            experiment_id,
-            run_name=f"sweep-{sweep_dir.name}",
-            tags={SWEEP_DIR_TAG: str(sweep_dir), "synced": "true"},
-        ),
-        tracking_uri=tracking_uri,
-    )
-    retry(lambda: mlflow.set_terminated(run.info.run_id, "FINISHED"), tracking_uri=tracking_uri)
-    return run.info.run_id, True
+        for run in find_runs(tracking_uri, experiment_id, {SWEEP_DIR_TAG: str(sweep_dir)}):
+            if "mlflow.parentRunId" not in run.data.tags:
+                return run.info.run_id
+        mlflow = client(tracking_uri)
+        run = retry(
+            lambda: mlflow.create_run(
+                experiment_id,
+                run_name=f"sweep-{sweep_dir.name}",
+                tags={SWEEP_DIR_TAG: str(sweep_dir), "synced": "true"},
+            ),
+            tracking_uri=tracking_uri,
+        )
+        run_id = run.info.run_id
+        retry(lambda: mlflow.set_terminated(run_id, "FINISHED"), tracking_uri=tracking_uri)
+        return run_id
 
 
 def close_parent(
@@ -254,9 +246,7 @@ def close_parent(
 def _write_outcome(outcome_path: Path, outcome: dict[str, Any], run_id: str) -> None:
     outcome["run_id"] = run_id
     outcome.pop("tracking_error", None)
-    tmp = outcome_path.with_name(f".{outcome_path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(outcome, indent=2))
-    tmp.replace(outcome_path)
+    write_json_atomic(outcome_path, outcome)
 
 
 def _read_outcome(path: Path) -> dict[str, Any] | None:
@@ -287,23 +277,21 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str, sweep_lost: bool = False) -> 
         "parent_closed": False,
     }
     parent: str | None = None
-    recorded = True
     for job_dir in job_dirs:
         try:
             payload = read_payload(job_dir)
             if parent is None and job_dir != sweep_dir:
-                parent, _ = sweep_parent(tracking_uri, payload["experiment_name"], sweep_dir)
+                parent = sweep_parent(tracking_uri, payload["experiment_name"], sweep_dir)
             run_id, existed = upload_attempt(tracking_uri, job_dir, parent)
         except SpoolError as exc:
             result["unreadable"].append(str(exc))
-            recorded = False
             continue
         result["already_in_store" if existed else "uploaded"] += 1
         outcome_path = job_dir / "outcome.json"
         outcome = _read_outcome(outcome_path) if outcome_path.exists() else None
         if outcome:
             _write_outcome(outcome_path, outcome, run_id)
-    if parent is not None and recorded:
+    if parent is not None and not result["unreadable"]:
         outcomes = [o for p in sweep_dir.glob("*/outcome.json") if (o := _read_outcome(p))]
         result["parent_closed"] = close_parent(tracking_uri, parent, outcomes, sweep_lost)
     return result

@@ -175,7 +175,6 @@ class SweepCallback(Callback):
                         tracking_uri=self.tracking_uri,
                     )
                 url = ui_url(self.tracking_uri, self.experiment_id, config.tracking.ui_port)
-                url = mask_text(url)
                 self._close_parent("FINISHED")
         print_summary(outcomes, title=f"distbench sweep {sweep_dir}", mlflow_url=url)
         if spooled:
