@@ -225,7 +225,13 @@ def test_two_real_sweeps_of_one_config_are_not_flagged(tmp_path):
     assert len(parents) == 2 and len(children) == 2
     assert len({r.data.tags["distbench.signature"] for r in children}) == 1  # one config
 
-    proc = distbench(env, tmp_path, "compare", "--baseline", parents[0].info.run_id)
+    # One 4-step run per sweep on a shared 2-core CI machine: run-to-run throughput differs by
+    # more than 5 % (CI saw -6.1 % with a 3 % step spread). What this test checks is that two
+    # real sweeps pair up by signature and reach a verdict, so the threshold covers that machine
+    # noise; the 5 % rule itself is tested on fixed samples above.
+    proc = distbench(
+        env, tmp_path, "compare", "--baseline", parents[0].info.run_id, "--threshold-pct", "40"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "no regression in 1 configuration(s)" in proc.stdout
     assert parents[1].info.run_id in proc.stdout  # latest = the second sweep
