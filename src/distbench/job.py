@@ -110,6 +110,29 @@ class Job:
         return self.hardware.device
 
     @property
+    def precision(self) -> str:
+        """The recipe's tag: fp32, bf16-mixed, bf16-pure (distbench/precision.py). A workload
+        without `precision` runs everything in its dtype."""
+        from distbench.precision import precision_tag
+
+        return precision_tag(self.dtype, getattr(self.workload, "precision", "pure"))
+
+    @property
+    def weights_dtype(self) -> str:
+        """The dtype of the model's weights and AdamW states (fp32 under a mixed recipe)."""
+        from distbench.precision import weights_dtype
+
+        return weights_dtype(self.dtype, getattr(self.workload, "precision", "pure"))
+
+    @property
+    def optimizer_impl(self) -> str | None:
+        """torch AdamW's kernel (fused, foreach, for-loop) for a training job, else None."""
+        from distbench.precision import resolve_optimizer_impl
+
+        chosen = getattr(self.workload, "optimizer_impl", None)
+        return resolve_optimizer_impl(chosen) if chosen else None
+
+    @property
     def engine(self) -> str:
         """deepspeed | torch for model workloads; torch.distributed for raw ones."""
         return self.strategy.engine if self.strategy else RAW_ENGINE

@@ -41,7 +41,7 @@ from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
 from distbench.orphans import mark_owner
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG, run_signature
-from distbench.workloads import Measured, registry
+from distbench.workloads import Measured, host_metrics, registry
 
 SCHEDULER_STATE_WAIT_S = 5.0
 # Ranks per CPU core beyond which a CPU job is refused (one rank = one core; tests time-share
@@ -98,6 +98,8 @@ NAME_TAGS = (
     "batch",
     "workload",
     "dtype",
+    "precision",
+    "optimizer_impl",
     "hardware",
     "num_nodes",
     "ranks_per_node",
@@ -142,6 +144,8 @@ def describe(job: Job) -> dict[str, str]:
         "batch": "none" if raw else job.batch.name,
         "workload": job.workload.name,
         "dtype": job.dtype,
+        "precision": job.precision,
+        **({"optimizer_impl": job.optimizer_impl} if job.optimizer_impl else {}),
         "hardware": job.hardware.name,
         "num_nodes": str(job.topology.num_nodes),
         "ranks_per_node": str(job.topology.ranks_per_node),
@@ -493,6 +497,7 @@ def _run_job(
     if launched.ok:
         result = json.loads((job_dir / "result.json").read_text())
         measured = rank_module(job).measure(job, result, job_dir)
+        measured.metrics.update(host_metrics(result))
         outcome.update(_result_tags(job, result, measured, label))
     else:
         outcome.update(_failure(job, launched, outcome.get("slurm_job_id"), job_dir, label))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distbench.ranks.models import build_model, count_params
+from distbench.ranks.models import build_meta_model, build_model, count_params
 from tests.conftest import compose_config, config_options
 
 pytestmark = pytest.mark.unit
@@ -48,9 +48,8 @@ def test_architecture_count_equals_built_numel(overrides):
 def test_every_model_config_count_equals_meta_built_numel(model):
     """Full-size architectures built on the meta device: shapes only, nothing allocated."""
     model_cfg = compose_config([f"model={model}"]).model
-    with torch.device("meta"):
-        built = build_model(model_cfg, "bf16", seed=0)
-    assert next(built.parameters()).is_meta
+    built = build_meta_model(model_cfg, "bf16")
+    assert all(p.is_meta for p in built.parameters())
     assert count_params(model_cfg)["total"] == sum(p.numel() for p in built.parameters())
 
 

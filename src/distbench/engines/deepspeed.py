@@ -4,8 +4,10 @@
 run. `initialize()` wraps the model, in this order: pipeline split (pp > 1, pipeline.py) →
 DeepSpeed engine (AutoTP sharding when tp > 1, then ZeRO partitioning of what is left, offload
 last).
-The optimizer is torch's AdamW (foreach off) handed to DeepSpeed, so no DeepSpeed Adam kernel
-has to be compiled; offload then needs `zero_force_ds_cpu_optimizer: false`.
+The optimizer is torch's AdamW (`workload.optimizer_impl`: fused by default, the same kernel the
+torch engine runs) handed to DeepSpeed, so no DeepSpeed Adam kernel has to be compiled; offload
+then needs `zero_force_ds_cpu_optimizer: false`. bf16 is DeepSpeed's bf16 block: fp32 master
+weights and optimizer states, gradients reduced in fp32 (`communication_data_type`).
 
     python -m torch.distributed.run --nproc_per_node=2 -m distbench.ranks.worker RUN_DIR
 """
@@ -18,6 +20,7 @@ from typing import Any
 from distbench.compose.checks import one_of
 from distbench.compose.schema import OFFLOAD_DEVICES, ZERO_STAGES, ConfigError, StrategyConfig
 from distbench.job import Job, Layout
+from distbench.precision import adamw_kwargs
 
 # DeepSpeed's PipelineEngine refuses ZeRO-2/3: gradients must stay whole per stage.
 MAX_ZERO_STAGE_WITH_PIPELINE = 1
@@ -86,6 +89,12 @@ def ds_config(job: Job) -> dict[str, Any]:
         "bf16": {"enabled": job.workload.dtype == "bf16"},
         "fp16": {"enabled": job.workload.dtype == "fp16"},
     }
+    if job.dtype != "fp32":  # bf16-mixed / 16-mixed (precision.py): fp32 gradient reduction
+        config["communication_data_type"] = "fp32"
+        if layout.zero_stage == 1 and job.strategy.offload_optimizer == "none":
+            # ZeRO-1 accumulates gradients in fp32 (DeepSpeed's BF16_Optimizer); ZeRO-0 and
+            # ZeRO-2/3 keep their own accumulation dtype (DeepSpeed refuses fp32 there).
+            config["data_types"] = {"grad_accum_dtype": "fp32"}
     if layout.tp > 1:
         config["tensor_parallel"] = {"autotp_size": layout.tp}
     return config
@@ -142,12 +151,17 @@ def initialize(model: Any, job: Job) -> DeepSpeedEngine:
     import deepspeed
     import torch
 
+    from distbench.ranks.models import materialise_if_meta
+
     layout = job.layout
+    materialise_if_meta(model, job.device, job.workload.seed)  # the whole model, on the device
     if layout.pp > 1:
         from distbench.engines.pipeline import to_pipeline_module
 
         model = to_pipeline_module(model, num_stages=layout.pp)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=job.workload.lr, foreach=False)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=job.workload.lr, **adamw_kwargs(job.optimizer_impl)
+    )
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(job))
     coords = _grid_coords(engine, layout)
     return DeepSpeedEngine(

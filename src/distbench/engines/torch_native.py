@@ -14,7 +14,8 @@ TP → AC → compile → FSDP; no AC or compile here):
 4. dp > 1: `strategy.data_parallel` over the dp sub-mesh: `ddp` (DistributedDataParallel; with
    TP through torch's DTensor→local transform) or `fsdp` (FSDP2 `fully_shard` per decoder layer,
    then the root; sharded like ZeRO-3);
-5. torch AdamW(lr, foreach=False: DTensor parameters reject the foreach kernels), no clipping;
+5. torch AdamW(lr; `workload.optimizer_impl`, fused by default, on DTensor too), no clipping;
+   bf16-mixed: fp32 weights, forward under autocast (FSDP2: MixedPrecisionPolicy instead);
    pp > 1: `ScheduleGPipe` or `Schedule1F1B` (`strategy.pp_schedule`) over the micro-batches.
 
 One step: each micro-batch's loss / num_micro_batches is back-propagated (gradients are synced
@@ -34,6 +35,8 @@ from distbench.compose.checks import one_of
 from distbench.compose.schema import PP_SCHEDULES, TORCH_DATA_PARALLEL, ConfigError, StrategyConfig
 from distbench.engines import GRID_DIMS
 from distbench.job import Job
+from distbench.precision import adamw_kwargs, is_mixed
+from distbench.ranks.models import DTYPE_NAMES, materialise_if_meta
 
 
 def resolve_zero_stage(strategy: StrategyConfig, chosen: int | None) -> None:
@@ -113,16 +116,23 @@ def apply_tp(module: Any, tp_mesh: Any) -> None:
         parallelize_module(layer, tp_mesh, plan)
 
 
-def apply_data_parallel(module: Any, mode: str, dp_mesh: Any, device: str, tp: int, pp: int) -> Any:
-    """Replicate (ddp) or shard (fsdp) `module` across the dp sub-mesh; returns the module."""
+def apply_data_parallel(
+    module: Any, mode: str, dp_mesh: Any, device: str, tp: int, pp: int, compute_dtype: Any = None
+) -> Any:
+    """Replicate (ddp) or shard (fsdp) `module` across the dp sub-mesh; returns the module.
+    fsdp with a `compute_dtype` (bf16-mixed): FSDP2 gathers parameters in it and reduces
+    gradients in fp32 (MixedPrecisionPolicy), the sharded fp32 parameters stay the master."""
     import torch
 
     if mode == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        policy = MixedPrecisionPolicy()
+        if compute_dtype is not None:
+            policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
         for layer in _decoder_layers(module):
-            fully_shard(layer, mesh=dp_mesh)
-        return fully_shard(module, mesh=dp_mesh)
+            fully_shard(layer, mesh=dp_mesh, mp_policy=policy)
+        return fully_shard(module, mesh=dp_mesh, mp_policy=policy)
     from torch.nn.parallel import DistributedDataParallel
 
     if tp > 1:  # DDP reduces plain tensors: DTensor params become local ones around forward
@@ -141,6 +151,17 @@ def apply_data_parallel(module: Any, mode: str, dp_mesh: Any, device: str, tp: i
     )
 
 
+def param_groups(module: Any) -> list[dict[str, list[Any]]]:
+    """The parameters in two groups, DTensors (TP slices) and plain tensors (what TP
+    replicates): the fused and foreach AdamW kernels take one kind per call."""
+    from torch.distributed.tensor import DTensor
+
+    params = list(module.parameters())
+    groups = [[p for p in params if isinstance(p, DTensor)]]
+    groups.append([p for p in params if not isinstance(p, DTensor)])
+    return [{"params": group} for group in groups if group]
+
+
 @dataclass
 class TorchEngine:
     """A torch-wrapped model (or pipeline stage) behind the `Engine` interface."""
@@ -154,6 +175,14 @@ class TorchEngine:
     schedule: Any = None  # pp > 1: the pipelining schedule of this rank's stage
     pp_group: Any = None
     stage: tuple[int, int] = (0, 1)  # (this stage, number of stages)
+    autocast_dtype: Any = None  # bf16-mixed outside FSDP2: forward under torch.autocast
+
+    def _autocast(self) -> Any:
+        import torch
+
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device, dtype=self.autocast_dtype)
 
     def _sync(self, last: bool) -> Any:
         """Gradient sync on the last micro-batch only."""
@@ -173,7 +202,8 @@ class TorchEngine:
             for i, mb in enumerate(micro_batches):
                 mb = mb.to(self.device)
                 with self._sync(i == len(micro_batches) - 1):
-                    loss = self.module(input_ids=mb, labels=mb).loss
+                    with self._autocast():
+                        loss = self.module(input_ids=mb, labels=mb).loss.float()
                     (loss / len(micro_batches)).backward()
                 losses.append(loss.detach())
             loss = torch.stack(losses).mean()
@@ -190,12 +220,13 @@ class TorchEngine:
         tokens = torch.cat(micro_batches).to(self.device)
         stage, num_stages = self.stage
         losses: list[Any] = []
-        if stage == 0:
-            self.schedule.step(tokens)
-        elif stage == num_stages - 1:
-            self.schedule.step(target=tokens, losses=losses)
-        else:
-            self.schedule.step()
+        with self._autocast():
+            if stage == 0:
+                self.schedule.step(tokens)
+            elif stage == num_stages - 1:
+                self.schedule.step(target=tokens, losses=losses)
+            else:
+                self.schedule.step()
         loss = torch.zeros((), dtype=torch.float32, device=self.device)
         if losses:
             loss = torch.stack([x.detach().float() for x in losses]).mean()
@@ -222,6 +253,16 @@ def initialize(model: Any, job: Job) -> TorchEngine:
     dp, pp, tp = layout.dp, layout.pp, layout.tp
     mesh = init_device_mesh(device, (dp, pp, tp), mesh_dim_names=GRID_DIMS)
     coords = tuple(int(c) for c in mesh.get_coordinate())
+    data_parallel = (strategy.data_parallel or "ddp") if dp > 1 else None
+    mixed = is_mixed(job.dtype, job.workload.precision)
+    compute_dtype = getattr(torch, DTYPE_NAMES[job.dtype]) if mixed else None
+    seed = job.workload.seed
+    # A meta model is materialised as late as its layout allows: after TP and FSDP2 each rank
+    # allocates only its slice or shard (torchtitan's meta → parallelize → to_empty → init);
+    # a pipeline split, a tied embedding or DDP need the whole model first.
+    shards_on_meta = pp == 1 and not job.model.tie_word_embeddings
+    if not shards_on_meta:
+        materialise_if_meta(model, device, seed)
     module = model.train()
     if pp > 1:
         from distbench.engines.pipeline import stage_module
@@ -229,10 +270,14 @@ def initialize(model: Any, job: Job) -> TorchEngine:
         module = stage_module(model, coords[1], pp)
     if tp > 1:
         apply_tp(module, mesh["tp"])
-    data_parallel = (strategy.data_parallel or "ddp") if dp > 1 else None
-    if data_parallel:
-        module = apply_data_parallel(module, data_parallel, mesh["dp"], device, tp, pp)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=job.workload.lr, foreach=False)
+    if data_parallel == "fsdp":
+        module = apply_data_parallel(module, "fsdp", mesh["dp"], device, tp, pp, compute_dtype)
+    materialise_if_meta(module, device, seed)
+    if data_parallel == "ddp":
+        module = apply_data_parallel(module, "ddp", mesh["dp"], device, tp, pp, compute_dtype)
+    optimizer = torch.optim.AdamW(
+        param_groups(module), lr=job.workload.lr, **adamw_kwargs(job.optimizer_impl)
+    )
     engine = TorchEngine(
         module=module,
         optimizer=optimizer,
@@ -240,6 +285,8 @@ def initialize(model: Any, job: Job) -> TorchEngine:
         coords=coords,
         device=device,
         data_parallel=data_parallel,
+        # torchtitan's rule: FSDP2 casts by its policy; everything else runs under autocast
+        autocast_dtype=compute_dtype if data_parallel != "fsdp" else None,
     )
     if pp > 1:
         engine.schedule = _pipeline_schedule(module, job, coords[1], pp, mesh["pp"], device)

@@ -1,5 +1,6 @@
 """Is a strategy computing the same model? Its first-step loss against the single-device
-reference on the same weights (seed), global batch and dtype.
+reference on the same weights (seed, drawn as ranks/models.py draws them on the job's device
+type), global batch, dtype and precision recipe.
 
 The reference is one forward pass of the unsplit model over step 0's whole global batch (every
 replica's rows, every micro-batch): the first step's loss is computed before any update, so
@@ -11,6 +12,7 @@ cached per model, batch, dtype, seed and number of rows, so a sweep computes it 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from distbench.files import write_json_atomic
 from distbench.job import Job
+from distbench.ranks.models import INIT_SCHEME
 
 CACHE = Path.home() / ".cache" / "distbench" / "reference_losses.json"
 # Relative tolerance on the first-step loss. fp32: sharded reductions add in another order;
@@ -43,7 +46,10 @@ def reference_key(job: Job) -> str:
         "grad_accum_steps": batch.grad_accum_steps,
         "seq_len": batch.seq_len,
         "dtype": job.dtype,
+        "precision": job.precision,
         "seed": job.workload.seed,
+        "init": INIT_SCHEME,
+        "device_type": job.device,  # the weights are drawn by the device type's generator
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -52,11 +58,16 @@ def compute_reference(job: Job) -> float:
     """The unsplit model's mean loss over step 0's micro-batches (runs torch: subprocess only)."""
     import torch
 
-    from distbench.ranks.models import build_model
+    from distbench.precision import is_mixed
+    from distbench.ranks.models import DTYPE_NAMES, build_model
     from distbench.workloads.train.workload import global_batch
 
     torch.set_num_threads(1)
-    model = build_model(job.model, job.dtype, job.workload.seed)
+    model = build_model(job.model, job.weights_dtype, job.workload.seed, job.device)
+    autocast = contextlib.nullcontext()
+    if is_mixed(job.dtype, getattr(job.workload, "precision", "pure")):  # as the engines run it
+        dtype = getattr(torch, DTYPE_NAMES[job.dtype])
+        autocast = torch.autocast(device_type=job.device, dtype=dtype)
     tokens = global_batch(
         job.workload.seed,
         0,
@@ -65,8 +76,11 @@ def compute_reference(job: Job) -> float:
         job.batch.seq_len,
         job.model.vocab_size,
     )
-    with torch.no_grad():
-        losses = [model(input_ids=mb, labels=mb).loss.float().item() for mb in tokens]
+    with torch.no_grad(), autocast:
+        losses = [
+            model(input_ids=mb.to(job.device), labels=mb.to(job.device)).loss.float().item()
+            for mb in tokens
+        ]
     return sum(losses) / len(losses)
 
 

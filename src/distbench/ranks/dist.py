@@ -81,6 +81,15 @@ def peak_memory_bytes(device: str) -> int:
     return _proc_status_bytes("VmHWM")
 
 
+def host_peak_rss_bytes() -> int:
+    """The largest resident set this process has had on the host, whatever the device (the
+    kernel's ru_maxrss: not reset by reset_peak_memory). On a GPU it shows a host-side copy of
+    the model that device memory figures miss."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
+
+
 def heartbeat(run_dir: Path, rank: int, step: int) -> None:
     """Tell the orchestrator this rank is alive and at `step` (it watches the file's mtime)."""
     beats = run_dir / "heartbeat"

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         figures = workload.run(job, run_dir)
         figures["hostname"] = socket.gethostname()
         per_rank = dist_utils.gather_objects(figures)
+        host_rss = dist_utils.gather_objects(dist_utils.host_peak_rss_bytes())
         if rank == 0:
             result = {
                 "status": "ok",
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
                 "device": device,
                 "num_warmup_steps": job.workload.num_warmup_steps,
                 **workload.combine(per_rank),
+                "host_peak_rss_bytes": host_rss,  # per rank, every workload
             }
             write_json_atomic(run_dir / "result.json", result)
         # Without this barrier a rank that tears down its gloo pairs while a peer still uses

@@ -61,6 +61,13 @@ class Measured:
     tags: dict[str, str] = field(default_factory=dict)
 
 
+def host_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """What every workload logs beside its own metrics: host_peak_rss_gib, the largest host
+    resident set of any rank (result.json's per-rank host_peak_rss_bytes)."""
+    per_rank = result.get("host_peak_rss_bytes") or []
+    return {"host_peak_rss_gib": max(per_rank) / 2**30} if per_rank else {}
+
+
 _REGISTRY: dict[str, WorkloadSpec] = {}
 
 

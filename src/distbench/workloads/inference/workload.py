@@ -166,7 +166,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     dp_rank, tp_rank = rank // layout.tp, rank % layout.tp
     prompt_len, batch_size = inference_sizes(job.options, job.batch)
     num_new = job.options.num_new_tokens
-    model = build_model(job.model, job.workload.dtype, job.workload.seed).eval()
+    model = build_model(job.model, job.workload.dtype, job.workload.seed, job.device).eval()
     if layout.tp > 1:
         model = tensor_parallel(model, layout, job.workload.dtype)
     model = model.to(device)

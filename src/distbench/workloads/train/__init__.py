@@ -12,6 +12,7 @@ from distbench.compose import checks
 from distbench.compose.checks import positive
 from distbench.compose.schema import ConfigError, WorkloadConfig
 from distbench.job import Job
+from distbench.precision import OPTIMIZER_IMPLS, PRECISIONS
 from distbench.workloads import WorkloadSpec, register
 
 
@@ -23,6 +24,10 @@ class TrainWorkload(WorkloadConfig):
     num_warmup_steps: int = 3
     num_steps: int = 10
     dtype: str = "fp32"
+    # With dtype bf16/fp16: mixed = fp32 master weights and states, low-precision compute;
+    # pure = everything in dtype (distbench/precision.py). Tagged `precision` (bf16-mixed, ...).
+    precision: str = "mixed"
+    optimizer_impl: str = "auto"  # auto (= fused) | fused | foreach | for-loop; tagged
 
 
 def check(job: Job) -> None:
@@ -38,6 +43,29 @@ def check(job: Job) -> None:
             f"({model.max_position_embeddings})"
         )
     checks.no_fp16_on_cpu(job.device, job.dtype)
+    check_precision(job)
+
+
+def check_precision(job: Job) -> None:
+    """The recipe the engine can run: DeepSpeed keeps fp32 master weights (no pure bf16); the
+    torch engine runs no loss scaling (no fp16 mixed)."""
+    workload = job.workload
+    checks.one_of("workload.precision", workload.precision, PRECISIONS)
+    checks.one_of("workload.optimizer_impl", workload.optimizer_impl, OPTIMIZER_IMPLS)
+    if job.dtype == "fp32":
+        return
+    if job.engine == "deepspeed" and workload.precision == "pure":
+        raise ConfigError(
+            f"workload.precision=pure ({job.dtype} master weights) is not a DeepSpeed recipe: its "
+            f"{job.dtype} keeps fp32 master weights and optimizer states; use "
+            "workload.precision=mixed, or a torch strategy (single, ddp, fsdp) for pure "
+            f"{job.dtype}"
+        )
+    if job.engine == "torch" and job.dtype == "fp16" and workload.precision == "mixed":
+        raise ConfigError(
+            "workload.dtype=fp16 workload.precision=mixed needs loss scaling, which the torch "
+            "engine does not run; use workload.dtype=bf16, or the deepspeed engine (strategy=dp)"
+        )
 
 
 SPEC = register(

@@ -49,16 +49,21 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     from distbench.engines import get as get_engine
     from distbench.ranks import dist as dist_utils
     from distbench.ranks import faults
-    from distbench.ranks.models import build_model
+    from distbench.ranks.models import build_meta_model, build_model
 
     layout, device = job.layout, job.device
     rank = dist.get_rank()
-    model = build_model(job.model, job.dtype, job.workload.seed)
-    if device == "cuda":
-        model = model.cuda()
+    init_started = time.perf_counter()
+    # Random weights: built on meta, materialised by the engine on the device (this rank's
+    # shard where the layout shards); pretrained weights: loaded straight onto the device.
+    if job.model.pretrained_path:
+        model = build_model(job.model, job.weights_dtype, job.workload.seed, device)
+    else:
+        model = build_meta_model(job.model, job.weights_dtype)
     wrapped = get_engine(job.engine).initialize(model, job)
     dist_utils.heartbeat(run_dir, rank, -1)  # engine built (may take long: partitioning, ops)
     dist_utils.synchronize(device)
+    init_time_s = time.perf_counter() - init_started
     init_mem_bytes = dist_utils.current_memory_bytes(device)
     dist_utils.reset_peak_memory(device)
 
@@ -105,6 +110,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         "step_times_s": step_times_s,
         "losses": losses,
         "init_mem_bytes": init_mem_bytes,
+        "init_time_s": init_time_s,
         "peak_mem_bytes": dist_utils.peak_memory_bytes(device),
         "num_params_local": wrapped.num_params_local(),
     }
@@ -152,6 +158,7 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
         price_usd_per_device_hour=hw.price_usd_per_hour,
     )
     metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / GIB
+    metrics["init_time_s"] = max(r["init_time_s"] for r in result["ranks"])
     metrics["tokens_per_step"] = float(num_tokens)
     metrics["model_flops_per_token"] = flops
     metrics["num_params"] = float(params["total"])

@@ -1,0 +1,45 @@
+"""bf16 means one recipe on both engines (bf16 compute, fp32 master weights and AdamW states,
+fp32 gradient reduction): torch ddp, torch fsdp and DeepSpeed dp train the same model from the
+same weights and agree with the single-device reference run under the same autocast.
+
+    python -m pytest tests/distributed/test_precision_recipes.py -q
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distbench.orchestrator import run_job
+from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
+
+pytestmark = pytest.mark.distributed
+
+FAST = ["tracking=none", "workload.num_warmup_steps=1", "workload.num_steps=2", "world_size=2"]
+BF16 = ["workload.dtype=bf16"]
+
+
+def run(tmp_path, *overrides):
+    outcome = run_job(compose_config([*FAST, *overrides]), tmp_path, CONF_DIR, PROJECT_DIR)
+    result = json.loads((tmp_path / "result.json").read_text())
+    return outcome, result
+
+
+def test_bf16_mixed_is_one_recipe_on_ddp_fsdp_and_deepspeed(tmp_path):
+    first_losses = {}
+    for strategy in ("ddp", "fsdp", "dp"):
+        outcome, result = run(tmp_path / strategy, f"strategy={strategy}", *BF16)
+        assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
+        assert outcome["precision"] == "bf16-mixed" and outcome["optimizer_impl"] == "fused"
+        # equivalent to the single-device reference computed under the same bf16 autocast
+        assert outcome["equivalent"] == "true", outcome["metrics"].get("loss_rel_err_vs_single")
+        first_losses[strategy] = result["losses"][0]
+    reference = first_losses["ddp"]
+    assert all(abs(loss - reference) / reference < 2e-2 for loss in first_losses.values())
+
+
+def test_pure_bf16_runs_on_torch_and_is_tagged(tmp_path):
+    outcome, _ = run(tmp_path, "strategy=ddp", *BF16, "workload.precision=pure")
+    assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
+    assert outcome["precision"] == "bf16-pure" and outcome["equivalent"] == "true"
