@@ -15,9 +15,9 @@ strategies, not recipes):
                                                              in bf16 (torch engine only: DeepSpeed
                                                              keeps fp32 master weights)
 
-(`pure`, not Lightning's `true`: Hydra reads `true` as a boolean.) `optimizer_impl` is torch's AdamW kernel:
-`fused` (one kernel per parameter group, CUDA and CPU), `foreach` (multi-tensor) or `for-loop`;
-both engines get the same torch AdamW (DeepSpeed takes it as a client optimizer).
+(`pure`, not Lightning's `true`: Hydra reads `true` as a boolean.) `optimizer_impl` is torch's
+AdamW kernel: `fused` (one kernel per parameter group, CUDA and CPU), `foreach` (multi-tensor)
+or `for-loop`; both engines get the same torch AdamW (DeepSpeed takes it as a client optimizer).
 
     python -c "from distbench.precision import precision_tag; print(precision_tag('bf16', 'mixed'))"
 """
