@@ -26,9 +26,9 @@ def run(tmp_path, *overrides):
     return outcome, result
 
 
-def test_bf16_mixed_is_one_recipe_on_ddp_fsdp_and_deepspeed(tmp_path):
+def test_bf16_mixed_is_one_recipe_on_ddp_fsdp_dp_and_zero3(tmp_path):
     first_losses = {}
-    for strategy in ("ddp", "fsdp", "dp"):
+    for strategy in ("ddp", "fsdp", "dp", "zero3"):
         outcome, result = run(tmp_path / strategy, f"strategy={strategy}", *BF16)
         assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
         assert outcome["precision"] == "bf16-mixed" and outcome["optimizer_impl"] == "fused"

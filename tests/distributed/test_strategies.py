@@ -48,6 +48,8 @@ def test_strategy_trains_on_two_gloo_ranks(tmp_path, strategy):
         "peak_mem_gib_rank0",
         "peak_mem_gib_rank1",
         "cost_usd_per_1m_tokens",
+        "init_time_s",
+        "host_peak_rss_gib",
     ):
         assert metrics[name] > 0, name
     layout = result["layout"]

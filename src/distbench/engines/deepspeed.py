@@ -100,6 +100,36 @@ def ds_config(job: Job) -> dict[str, Any]:
     return config
 
 
+def builds_partitioned(job: Job) -> bool:
+    """ZeRO-3 without TP or PP: the model is constructed already partitioned."""
+    return job.layout.zero_stage == 3 and job.layout.tp == 1 and job.layout.pp == 1
+
+
+def build_partitioned(job: Job, config: dict[str, Any]) -> Any:
+    """The model constructed under `deepspeed.zero.Init`: each module's parameters are
+    partitioned as soon as the module is built, so a rank never holds more than its partition
+    plus one module; then this rank's partitions get the deterministic weights
+    (ranks/models.py), the same values every other layout starts from."""
+    import deepspeed
+    import torch
+    from transformers.integrations.deepspeed import prevent_arange_dtype_change
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from distbench.ranks.models import DTYPE_NAMES, hf_config, init_zero3_partitions_
+
+    dtype = getattr(torch, DTYPE_NAMES[job.dtype])  # DeepSpeed holds bf16 params under bf16
+    model_config = hf_config(job.model)
+    # Imported before zero.Init patches torch's tensor constructors (transformers imports
+    # torch._dynamo lazily, which fails under the patch).
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(model_config)]
+    with prevent_arange_dtype_change(), deepspeed.zero.Init(config_dict_or_path=config):
+        model = model_class._from_config(
+            model_config, attn_implementation=job.model.attn_implementation, dtype=dtype
+        )
+    init_zero3_partitions_(model, job.workload.seed)
+    return model
+
+
 @dataclass
 class DeepSpeedEngine:
     """A DeepSpeed engine behind the train loop's `Engine` interface (strategies/__init__.py).
@@ -151,9 +181,12 @@ def initialize(model: Any, job: Job) -> DeepSpeedEngine:
     import deepspeed
     import torch
 
-    from distbench.ranks.models import materialise_if_meta
+    from distbench.ranks.models import is_meta, materialise_if_meta
 
     layout = job.layout
+    config = ds_config(job)
+    if is_meta(model) and builds_partitioned(job):
+        model = build_partitioned(job, config)
     materialise_if_meta(model, job.device, job.workload.seed)  # the whole model, on the device
     if layout.pp > 1:
         from distbench.engines.pipeline import to_pipeline_module
@@ -162,7 +195,7 @@ def initialize(model: Any, job: Job) -> DeepSpeedEngine:
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=job.workload.lr, **adamw_kwargs(job.optimizer_impl)
     )
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(job))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     coords = _grid_coords(engine, layout)
     return DeepSpeedEngine(
         engine=engine,

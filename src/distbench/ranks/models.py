@@ -158,6 +158,34 @@ def fill_param_(
         local[r0:r1].copy_(span[index])
 
 
+def fill_flat_(part: Any, name: str, global_shape: tuple[int, ...], start: int, seed: int) -> None:
+    """Fill `part`, flat positions [start, start + part.numel()) of a parameter of
+    `global_shape` (a ZeRO-3 partition), with the whole parameter's values there."""
+    kind = init_kind(name, global_shape)
+    if kind != "normal" or part.numel() == 0:
+        part.fill_(1.0 if kind == "ones" else 0.0)
+        return
+    part.copy_(values_span(param_key(seed, name), start, start + part.numel(), part.device))
+
+
+def init_zero3_partitions_(module: Any, seed: int) -> None:
+    """Under DeepSpeed ZeRO-3 (`deepspeed.zero.Init`) each parameter is a flat partition
+    (`ds_tensor`: positions [rank * n, (rank + 1) * n), zero-padded past the end): fill this
+    rank's positions with the values `init_weights_` gives the whole model, and recompute the
+    rotary tables."""
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            part = param.ds_tensor.data.view(-1)
+            start = dist.get_rank(group=param.ds_process_group) * part.numel()
+            real = max(0, min(part.numel(), param.ds_numel - start))
+            part[real:].zero_()
+            fill_flat_(part[:real], _canonical(name), tuple(param.ds_shape), start, seed)
+        _reset_buffers(module)
+
+
 def local_block(param: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
     """(the tensor this rank holds, the parameter's global shape, the block's global offsets):
     a DTensor (FSDP2 shard, TP slice) gives its local part, a plain tensor all of it."""
