@@ -29,6 +29,9 @@ sweep: install ## the README's sweep: dp, tp, zero3 at world sizes 2 and 4
 test: install ## all tests: unit, distributed (real gloo ranks), e2e (real sweeps); gpu skips here
 	$(BIN)/python -m pytest
 
+gpu-check: install ## on a GPU machine: every workload and engine that fits the GPUs, one JSON + markdown summary
+	$(BIN)/python benchmarks/gpu_check.py
+
 test-unit: install ## the fast layer only
 	$(BIN)/python -m pytest -m unit
 

@@ -57,7 +57,7 @@ from typing import Any
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "src"))
 
-from distbench.compose.hardware import num_cpu_cores  # noqa: E402
+from distbench.compose.hardware import gpu_names, num_cpu_cores  # noqa: E402
 from distbench.figures.metrics import percentile  # noqa: E402
 from distbench.launch.workers import free_port, remove_shm_leftovers, worker_env  # noqa: E402
 
@@ -139,15 +139,16 @@ def timed_run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, st
     return wall_s, stdout, start_time, load_before
 
 
-def run_bare(strategy: str, steps: tuple[int, int], work: Path) -> dict[str, Any]:
+def run_bare(strategy: str, steps: tuple[int, int], work: Path, device: str) -> dict[str, Any]:
     """A: the plain torchrun script, with the environment distbench gives its ranks."""
     num_warmup, num_steps = steps
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD_SIZE}"]
     cmd += ["--nnodes=1", "--master_addr=127.0.0.1", f"--master_port={port}"]
     cmd += [str(BARE_SCRIPTS[strategy]), "--num-warmup-steps", str(num_warmup)]
-    cmd += ["--num-steps", str(num_steps)]
-    env = worker_env("cpu", WORLD_SIZE, num_cpu_cores())
+    cmd += ["--num-steps", str(num_steps), "--weights", str(work / "weights")]
+    cmd += ["--device", device]
+    env = worker_env(device, WORLD_SIZE, num_cpu_cores())
     try:
         wall_s, stdout, _, load = timed_run(cmd, work, env)
     finally:
@@ -216,6 +217,20 @@ def work_dir(keep: Path | None, prefix: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def save_start_weights(path: Path) -> None:
+    """The weights distbench starts `model=tiny` from (seed 1234), saved for the bare scripts
+    to load with `from_pretrained`: both sides train the same model (equal first losses)."""
+    from hydra import compose, initialize_config_dir
+
+    from distbench.compose.schema import register_configs
+    from distbench.ranks.models import build_model
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(PROJECT_DIR / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["model=tiny"])
+    build_model(cfg.model, "fp32", cfg.workload.seed).save_pretrained(path)
+
+
 def create_store(work: Path) -> float:
     """Create the temporary sqlite store and experiment (as a user's first run does); its time."""
     code = "import sys; from distbench.tracking.mlflow_store import ensure_experiment as e; "
@@ -272,11 +287,11 @@ def measure(strategy: str, args: argparse.Namespace, work: Path) -> dict[str, An
     """Warm-up rounds (not kept), then A B alternated `repeats` times."""
     steps = (args.num_warmup_steps, args.num_steps)
     for i in range(args.warmup_rounds):
-        run_bare(strategy, steps, work)
+        run_bare(strategy, steps, work, args.device)
         run_distbench(strategy, steps, work, -1 - i)
     bare, ours = [], []
     for i in range(args.repeats):
-        bare.append(run_bare(strategy, steps, work))
+        bare.append(run_bare(strategy, steps, work, args.device))
         ours.append(run_distbench(strategy, steps, work, i))
         print(
             f"  {strategy} repeat {i + 1}/{args.repeats}: bare {bare[-1]['wall_s']:.1f} s "
@@ -382,6 +397,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="1 repeat of 1 + 3 steps")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strategies", default="ddp,dp")
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cuda" if len(gpu_names()) >= WORLD_SIZE else "cpu",
+        help=f"cuda where {WORLD_SIZE} GPUs are visible (distbench's hardware=auto picks the "
+        "same), else cpu",
+    )
     parser.add_argument("--num-warmup-steps", type=int, default=3)
     parser.add_argument("--num-steps", type=int, default=10)
     parser.add_argument("--warmup-rounds", type=int, default=1, help="A B rounds not kept")
@@ -399,6 +421,7 @@ def main() -> None:
     per_strategy = {}
     with work_dir(args.work_dir, "harness_overhead_") as work:
         store_create_s = create_store(work)
+        save_start_weights(work / "weights")
         for strategy in args.strategies.split(","):
             per_strategy[strategy] = measure(strategy, args, work)
     print_tables(per_strategy)

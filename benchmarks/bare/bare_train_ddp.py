@@ -2,8 +2,9 @@
 benchmarks/harness_overhead.py times distbench's `strategy=ddp` against. No distbench imports.
 
 Same workload as `python run.py strategy=ddp world_size=2` with the defaults: the tiny Llama of
-conf/model/tiny.yaml (random init from seed 1234, fp32, sdpa attention), batch `small` (2
-sequences × 2 micro-steps × 128 tokens per rank), torch AdamW(lr=1e-4, foreach=False); step s's
+conf/model/tiny.yaml (the weights in --weights, or a random init from seed 1234; fp32, sdpa
+attention), batch `small` (2 sequences × 2 micro-steps × 128 tokens per rank), torch
+AdamW(lr=1e-4, fused=True); step s's
 global batch is drawn from (seed, s) and each rank takes its rows; each step is bracketed by a
 barrier and its time is the slowest rank's. Rank 0 prints one JSON line: per-step times and
 losses (warm-up steps first).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import time
 
 import torch
@@ -44,10 +46,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num-warmup-steps", type=int, default=3)
     parser.add_argument("--num-steps", type=int, default=10)
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--weights",
+        help="a save_pretrained directory to start from (the harness passes the "
+        "weights distbench starts from); default: transformers' random init from --seed",
+    )
     return parser.parse_args()
 
 
-def build_model(seed: int) -> torch.nn.Module:
+def build_model(seed: int, weights: str | None) -> torch.nn.Module:
+    if weights:
+        model = AutoModelForCausalLM.from_pretrained(weights, attn_implementation="sdpa")
+        return model.to(torch.float32).train()
     torch.manual_seed(seed)
     config = LlamaConfig(**LLAMA_TINY)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
@@ -77,25 +88,45 @@ def train_step(model: DistributedDataParallel, optimizer, micro_batches: list) -
     return float(torch.stack(losses).mean())
 
 
+def rank_device(device: str) -> torch.device:
+    """This rank's device: its GPU (LOCAL_RANK) under --device cuda, else the CPU."""
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    return torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so the host clock brackets the step."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def train(args: argparse.Namespace, rank: int, world_size: int) -> tuple[list, list]:
     """Warm-up + timed steps: this rank's step times (s) and losses. The model is freed on
     return, before the process group is destroyed (a DDP reducer outliving its gloo group
     deadlocks at exit)."""
-    model = DistributedDataParallel(build_model(args.seed))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=False)
+    device = rank_device(args.device)
+    model = build_model(args.seed, args.weights).to(device)
+    model = DistributedDataParallel(
+        model, device_ids=[device.index] if device.index is not None else None
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=True)
     step_times_s, losses = [], []
     for step in range(args.num_warmup_steps + args.num_steps):
-        micro_batches = rank_batch(args.seed, step, rank, world_size)
+        micro_batches = [mb.to(device) for mb in rank_batch(args.seed, step, rank, world_size)]
         dist.barrier()
+        synchronize(device)
         start = time.perf_counter()
         losses.append(train_step(model, optimizer, micro_batches))
+        synchronize(device)
         step_times_s.append(time.perf_counter() - start)
     return step_times_s, losses
 
 
 def main() -> None:
     args = parse_args()
-    dist.init_process_group("gloo")
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     step_times_s, losses = train(args, rank, world_size)
     per_rank: list = [None] * world_size

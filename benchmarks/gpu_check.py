@@ -1,0 +1,223 @@
+"""`make gpu-check`: every workload and engine that fits the visible GPUs, in one command, with
+one JSON + markdown summary anyone can attach to an issue.
+
+For world size 1 and every power of two up to the number of visible GPUs (2, 4, 8), each job
+runs through `run.py` into a temporary MLflow store:
+
+  train       single (world size 1 only), ddp, fsdp (torch engine), dp (DeepSpeed ZeRO-0),
+              zero3; `--model` (default llama_1b), `workload.dtype=bf16` (bf16-mixed), batch
+              `--batch` (default medium)
+  inference   strategy=dp (data-parallel replicas), the same model
+  gemm        gemm.dtype=bf16 (distributed GEMM and its correctness check)
+  collectives the nccl-tests-style sweep of collectives
+
+and, where two GPUs are visible, `benchmarks/harness_overhead.py --device cuda --quick` (the same
+steps as a bare torchrun script: distbench's fixed cost per job). Each training row shows what
+was predicted next to what was measured (peak memory, step time), the precision recipe, the
+optimizer kernel, init time and host peak RSS. `--device cpu` runs the same grid on CPU ranks
+with the tiny model: that is how the tests run this script where there is no GPU.
+
+    make gpu-check                                          # on a GPU machine
+    .venv/bin/python benchmarks/gpu_check.py --model llama3_8b --batch small
+    .venv/bin/python benchmarks/gpu_check.py --device cpu --no-bare   # the grid on CPU ranks
+
+Figures go to benchmarks/results/gpu_check.{json,md} (`--out-dir` elsewhere); the last stdout
+line is the JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT_DIR / "src"))
+
+from distbench.compose.hardware import gpu_names  # noqa: E402
+
+TRAIN_STRATEGIES = ("single", "ddp", "fsdp", "dp", "zero3")
+JOB_TIMEOUT_S = 1800
+# (column, outcome metric or tag, format)
+COLUMNS = (
+    ("step p50 s", "step_time_s_p50", "{:.3f}"),
+    ("pred step s", "pred_step_time_s", "{:.3f}"),
+    ("tokens/s", "throughput_tokens_per_s", "{:,.0f}"),
+    ("MFU %", "mfu_pct", "{:.1f}"),
+    ("peak GiB", "peak_mem_gib", "{:.2f}"),
+    ("pred peak GiB", "pred_peak_mem_gib", "{:.2f}"),
+    ("init s", "init_time_s", "{:.1f}"),
+    ("host RSS GiB", "host_peak_rss_gib", "{:.1f}"),
+    ("busbw GB/s", "busbw_avg_gbps", "{:.1f}"),
+    ("TFLOP/s/dev", "tflops_per_device", "{:.3g}"),
+)
+
+
+def world_sizes(num_gpus: int) -> list[int]:
+    """1, then every power of two up to the visible GPUs (2, 4, 8)."""
+    sizes, size = [1], 2
+    while size <= min(num_gpus, 8):
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def grid(sizes: list[int], model: str, batch: str, dtype: str) -> list[tuple[str, list[str]]]:
+    """(name, run.py overrides) of every job of the check."""
+    common = [f"model={model}", f"batch={batch}", f"workload.dtype={dtype}"]
+    jobs = []
+    for size in sizes:
+        at_size = [
+            (f"train-{strategy}-ws{size}", [f"strategy={strategy}", *common])
+            for strategy in TRAIN_STRATEGIES
+            if strategy != "single" or size == 1
+        ]
+        at_size.append((f"inference-dp-ws{size}", ["workload=inference", "strategy=dp", *common]))
+        at_size.append((f"gemm-ws{size}", ["workload=gemm", f"gemm.dtype={dtype}"]))
+        at_size.append((f"collectives-ws{size}", ["workload=collectives"]))
+        jobs += [(name, [*overrides, f"world_size={size}"]) for name, overrides in at_size]
+    return jobs
+
+
+def run_job(name: str, overrides: list[str], work: Path, steps: list[str], env: dict) -> dict:
+    """One job through run.py; its outcome.json (status, metrics, tags) and wall time."""
+    job_dir = work / name
+    cmd = [sys.executable, str(PROJECT_DIR / "run.py"), *overrides, *steps]
+    cmd += [f"hydra.run.dir={job_dir}"]
+    started = time.monotonic()
+    proc = subprocess.run(
+        cmd, cwd=work, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
+    )
+    wall_s = time.monotonic() - started
+    outcome_file = job_dir / "outcome.json"
+    if not outcome_file.exists():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        return {"name": name, "status": "FAILED", "failure_reason": tail[0], "wall_s": wall_s}
+    outcome = json.loads(outcome_file.read_text())
+    return {"name": name, "wall_s": wall_s, **outcome}
+
+
+def row_of(job: dict[str, Any]) -> list[str]:
+    metrics = job.get("metrics") or {}
+    cells = [job["name"], job["status"]]
+    for _, key, fmt in COLUMNS:
+        cells.append(fmt.format(metrics[key]) if key in metrics else "-")
+    cells.append(job.get("precision", "-"))
+    cells.append(job.get("optimizer_impl", "-"))
+    reason = job.get("failure_reason", "")
+    cells.append(reason[:120].replace("|", "/"))
+    return cells
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    headers = ["job", "status", *(c for c, _, _ in COLUMNS), "precision", "optimizer", "reason"]
+    lines = [
+        f"# distbench GPU check ({summary['date']})",
+        "",
+        f"Device: {summary['device_name']} × {summary['num_gpus']}; command: "
+        f"`{summary['command']}`; {summary['num_finished']} of {summary['num_jobs']} jobs "
+        "finished.",
+        "",
+        "| " + " | ".join(headers) + " |",
+        "|" + "---|" * len(headers),
+    ]
+    lines += ["| " + " | ".join(row_of(job)) + " |" for job in summary["jobs"]]
+    bare = summary.get("bare_comparison")
+    lines += ["", f"Bare-script comparison: {json.dumps(bare) if bare else 'not run'}", ""]
+    return "\n".join(lines)
+
+
+def bare_comparison(device: str, work: Path) -> dict[str, Any]:
+    """harness_overhead.py --quick on the same device: distbench's fixed cost per job."""
+    cmd = [sys.executable, str(PROJECT_DIR / "benchmarks" / "harness_overhead.py"), "--quick"]
+    cmd += ["--device", device, "--out-dir", str(work / "harness")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        strategy: {k: f.get(k) for k in ("fixed_cost_s", "step_p50_ratio", "pass")}
+        for strategy, f in figures["strategies"].items()
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--model", help="default: llama_1b on cuda, tiny on cpu")
+    parser.add_argument("--batch", help="default: medium on cuda, small on cpu")
+    parser.add_argument("--num-steps", type=int, default=10)
+    parser.add_argument("--num-warmup-steps", type=int, default=3)
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare-script comparison")
+    parser.add_argument(
+        "--world-sizes", help="comma-separated, e.g. 1,8 (default: 1 and powers of two that fit)"
+    )
+    parser.add_argument("--out-dir", type=Path, default=PROJECT_DIR / "benchmarks" / "results")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    names = gpu_names()
+    if args.device == "cuda" and not names:
+        sys.exit(
+            "gpu_check: no CUDA device visible (nvidia-smi lists none); --device cpu runs "
+            "the same grid on CPU ranks"
+        )
+    cuda = args.device == "cuda"
+    num_gpus = len(names) if cuda else 2
+    model = args.model or ("llama_1b" if cuda else "tiny")
+    batch = args.batch or ("medium" if cuda else "small")
+    dtype = "bf16" if cuda else "fp32"
+    steps = [f"workload.num_warmup_steps={args.num_warmup_steps}"]
+    steps += [f"workload.num_steps={args.num_steps}", "hardware=auto" if cuda else "hardware=cpu"]
+    jobs = []
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        work = Path(tmp)
+        env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work}/mlflow.db")
+        sizes = world_sizes(num_gpus)
+        if args.world_sizes:
+            sizes = [int(size) for size in args.world_sizes.split(",")]
+        for name, overrides in grid(sizes, model, batch, dtype):
+            jobs.append(run_job(name, overrides, work, steps, env))
+            job = jobs[-1]
+            print(
+                f"gpu_check: {name}: {job['status']} ({job['wall_s']:.0f} s) "
+                f"{job.get('failure_reason', '')[:200]}",
+                flush=True,
+            )
+        bare = None
+        if not args.no_bare:
+            bare = (
+                bare_comparison(args.device, work)
+                if num_gpus >= 2
+                else {"skipped": "the bare-script comparison runs 2 ranks: needs 2 GPUs"}
+            )
+    summary = {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(["python benchmarks/gpu_check.py", *sys.argv[1:]]),
+        "device": args.device,
+        "device_name": names[0] if cuda else "cpu",
+        "num_gpus": num_gpus if cuda else 0,
+        "model": model,
+        "batch": batch,
+        "num_jobs": len(jobs),
+        "num_finished": sum(job["status"] == "FINISHED" for job in jobs),
+        "jobs": jobs,
+        "bare_comparison": bare,
+    }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "gpu_check.json").write_text(json.dumps(summary, indent=2))
+    (args.out_dir / "gpu_check.md").write_text(markdown(summary))
+    print(markdown(summary))
+    print(json.dumps({k: v for k, v in summary.items() if k != "jobs"}))
+
+
+if __name__ == "__main__":
+    main()

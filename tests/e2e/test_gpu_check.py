@@ -1,0 +1,63 @@
+"""`make gpu-check` (benchmarks/gpu_check.py) runs here on CPU ranks with --device cpu: the same
+grid, the same summary; and --device cuda without a GPU stops in one line.
+
+    python -m pytest tests/e2e/test_gpu_check.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from distbench.compose.hardware import gpu_names
+from tests.conftest import PROJECT_DIR
+
+pytestmark = pytest.mark.e2e
+SCRIPT = PROJECT_DIR / "benchmarks" / "gpu_check.py"
+
+
+def test_the_gpu_check_grid_runs_on_cpu_ranks_and_writes_its_summary(tmp_path):
+    args = ["--device", "cpu", "--no-bare", "--world-sizes", "2", "--out-dir", str(tmp_path)]
+    args += ["--num-steps", "2", "--num-warmup-steps", "1"]
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=1200
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "gpu_check.json").read_text())
+    names = [job["name"] for job in summary["jobs"]]
+    assert names == [
+        "train-ddp-ws2",
+        "train-fsdp-ws2",
+        "train-dp-ws2",
+        "train-zero3-ws2",
+        "inference-dp-ws2",
+        "gemm-ws2",
+        "collectives-ws2",
+    ]
+    assert summary["num_finished"] == summary["num_jobs"] == 7
+    for job in summary["jobs"]:
+        assert job["metrics"]["host_peak_rss_gib"] > 0, job["name"]
+        if job["name"].startswith("train"):
+            assert job["precision"] == "fp32" and job["optimizer_impl"] == "fused"
+            assert job["metrics"]["init_time_s"] > 0
+            assert job["metrics"]["pred_peak_mem_gib"] > 0  # predicted beside measured
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert "| train-zero3-ws2 | FINISHED |" in table and "7 of 7 jobs finished" in table
+
+
+@pytest.mark.skipif(bool(gpu_names()), reason="a GPU is visible: the cuda check would run")
+def test_the_cuda_check_without_a_gpu_stops_in_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "gpu_check: no CUDA device visible (nvidia-smi lists none); --device cpu runs the same "
+        "grid on CPU ranks"
+    ]
