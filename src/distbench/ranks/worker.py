@@ -20,6 +20,10 @@ from pathlib import Path
 from distbench.files import write_json_atomic
 from distbench.launch.lifeline import die_with_agent
 
+# DISTBENCH_DEVICE_AUDIT=1: the workload runs with torch's default device set to meta, so
+# every tensor it makes must name its device (tests/distributed/test_device_audit.py).
+DEVICE_AUDIT_ENV = "DISTBENCH_DEVICE_AUDIT"
+
 
 def main(argv: list[str] | None = None) -> None:
     # First: a rank lives in its own session (torch's agent starts it so); if the agent dies
@@ -45,7 +49,17 @@ def main(argv: list[str] | None = None) -> None:
         workload = rank_module(job)
         dist_utils.init_process_group(device, job.engine)
         dist_utils.heartbeat(run_dir, rank, -1)
+        if os.environ.get(DEVICE_AUDIT_ENV) == "1":
+            # A tensor made without naming its device lands on meta and fails loudly: on a CPU
+            # box this finds the host tensor that a GPU job would hand to nccl.
+            import torch
+
+            torch.set_default_device("meta")
         figures = workload.run(job, run_dir)
+        if os.environ.get(DEVICE_AUDIT_ENV) == "1":
+            import torch
+
+            torch.set_default_device(None)
         figures["hostname"] = socket.gethostname()
         per_rank = dist_utils.gather_objects(figures)
         host_rss = dist_utils.gather_objects(dist_utils.host_peak_rss_bytes())

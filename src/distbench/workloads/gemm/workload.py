@@ -47,8 +47,9 @@ def check_error(g: GemmConfig, rank: int, p: int, dtype, device: str, seed: int)
 
     shape = gm.check_shape(g.m, g.k, g.n, p, g.sharding, g.check_max_dim)
     gen = torch.Generator().manual_seed(seed)
-    full_a = torch.randn(shape["m"], shape["k"], generator=gen).to(dtype)
-    full_b = torch.randn(shape["k"], shape["n"], generator=gen).to(dtype)
+    # The check's inputs and its float64 reference live on the host, on purpose.
+    full_a = torch.randn(shape["m"], shape["k"], generator=gen, device="cpu").to(dtype)
+    full_b = torch.randn(shape["k"], shape["n"], generator=gen, device="cpu").to(dtype)
     reference = full_a.double() @ full_b.double()  # of the rounded inputs: error is compute only
     if g.mode == "single":
         c = torch.empty(shape["m"], shape["n"], dtype=dtype, device=device)
