@@ -15,7 +15,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install $(TORCH)
-	$(BIN)/pip install -e '.[dev]'
+	$(BIN)/pip install -e '.[dev,server,slurm]'  # the tests use both extras
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv: torch first, then distbench and its dependencies

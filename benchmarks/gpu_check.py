@@ -54,7 +54,7 @@ COLUMNS = (
     ("pred peak GiB", "pred_peak_mem_gib", "{:.2f}"),
     ("init s", "init_time_s", "{:.1f}"),
     ("host RSS GiB", "host_peak_rss_gib", "{:.1f}"),
-    ("busbw GB/s", "busbw_avg_gbps", "{:.1f}"),
+    ("busbw GB/s", "busbw_gbps_avg", "{:.1f}"),
     ("TFLOP/s/dev", "tflops_per_device", "{:.3g}"),
 )
 

@@ -1,13 +1,14 @@
 """The `distbench` console script: tools around the runs that run.py makes.
 
-distbench ui [--port 5000]            # the MLflow UI on the configured store, on 127.0.0.1
-distbench summary multirun/DAY/TIME   # reprint a sweep's comparison table
+distbench ui [--port 5000] [--workers 1]   # the MLflow UI on the configured store, on 127.0.0.1
+distbench summary [multirun/DAY/TIME | latest | RUN_ID | RUN_NAME]   # reprint a sweep's table
 distbench plan model=llama3_8b world_size=8 hardware=h100_sxm [--json]   # predict, run nothing
 distbench resolve strategy=zero3 world_size=4 [--json]   # the Job and DeepSpeed config
 distbench report --sweep latest --out report/   # tables + plots from MLflow, logged on the sweep
 distbench server --backend postgresql://mlflow@db:5432/mlflow   # a team server (PGPASSWORD)
 distbench compare --baseline <parent run id> --candidate latest  # exit 1 on a regression
-distbench schedule experiment=strategy_grid --cron "0 2 * * *" [--baseline ID] [--dry-run]
+distbench compare --baseline previous   # the newest sweep against the one started before it
+distbench schedule experiment=strategy_grid --cron "@daily" [--baseline previous] [--dry-run]
 """
 
 from __future__ import annotations
@@ -36,27 +37,30 @@ def _store_uri(args: argparse.Namespace) -> str:
 
 
 def _ui(args: argparse.Namespace) -> int:
+    """The MLflow UI on a local store, in the foreground (tools/server.py starts it and waits
+    for /health before printing the URL); a tracking server's URL is only printed."""
+    from distbench.tools import server
     from distbench.tracking.mlflow_store import ensure_experiment, ui_url
     from distbench.tracking.secrets_mask import mask_text
 
     uri = _store_uri(args)
+    try:
+        plan = server.plan_ui(uri, args.host, args.port, args.workers)
+    except ValueError as exc:
+        print(f"distbench: ui: {exc}", file=sys.stderr)
+        return 2
     experiment_id = ensure_experiment(uri, args.experiment)
-    url = ui_url(uri, experiment_id, args.port)
-    print(f"MLflow UI for {mask_text(uri)}: {url}", flush=True)
-    if uri.startswith(("http://", "https://")):
-        return 0  # a tracking server serves its own UI
-    cmd = [
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        args.host,
-        "--port",
-        str(args.port),
-    ]
-    os.execvp(sys.executable, [sys.executable, "-m", "mlflow", *cmd[1:]])
-    return 0  # not reached
+    if uri.startswith(("http://", "https://")):  # a tracking server serves its own UI
+        print(f"MLflow UI for {mask_text(uri)}: {ui_url(uri, experiment_id, args.port)}")
+        print(f"distbench: {server.MODEL_TRAINING_HINT}", flush=True)
+        return 0
+    url = ui_url(plan.url, experiment_id, args.port)  # the runs page on the UI started here
+    print(
+        f"distbench: starting the MLflow UI for {mask_text(uri)} (port {args.port}) ...", flush=True
+    )
+    return server.run_foreground(
+        plan, args.timeout_s, lines=server.ui_lines(plan, url), command="ui"
+    )
 
 
 def _sync(args: argparse.Namespace) -> int:
@@ -102,13 +106,32 @@ def _sync(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from distbench.tools.summary import load_outcomes, print_summary
+    """A sweep dir's table from its own files, offline; any other form of a sweep (report's)
+    from MLflow: from the sweep's dir when it is on this machine, else from its child runs."""
+    from distbench.tools import report
+    from distbench.tools.summary import load_outcomes, outcomes_of_runs, print_summary
+    from distbench.tracking.mlflow_store import check_uri
 
-    outcomes = load_outcomes(Path(args.sweep_dir))
-    if not outcomes:
-        print(f"distbench: no outcome.json under {args.sweep_dir}", file=sys.stderr)
+    if Path(args.sweep).is_dir():
+        outcomes = load_outcomes(Path(args.sweep))
+        if not outcomes:
+            print(f"distbench: no outcome.json under {args.sweep}", file=sys.stderr)
+            return 2
+        print_summary(outcomes, title=str(args.sweep))
+        return 0
+    uri = _store_uri(args)
+    try:
+        check_uri(uri)
+        selection = report.load_runs(uri, args.sweep, args.experiment)
+    except (LookupError, ValueError) as exc:
+        print(f"distbench: summary: {_one_line(exc)}", file=sys.stderr)
         return 2
-    print_summary(outcomes, title=str(args.sweep_dir))
+    except Exception as exc:  # the store itself: unreachable, refused
+        print(f"distbench: summary: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    recorded = Path(selection.sweep_dir) if selection.sweep_dir else None
+    outcomes = load_outcomes(recorded) if recorded and recorded.is_dir() else []
+    print_summary(outcomes or outcomes_of_runs(selection.runs), title=selection.title)
     return 0
 
 
@@ -129,6 +152,21 @@ def _plan(args: argparse.Namespace) -> int:
         if value is not None and (not math.isfinite(value) or not ok(value)):
             print(f"distbench: plan: {option} {value}: must be {allowed}", file=sys.stderr)
             return 2
+    if args.search:
+        from distbench.tools.plan import print_search, search_json, search_layouts
+
+        try:
+            found = search_layouts(
+                args.overrides, efficiency=args.efficiency, recompute=args.recompute
+            )
+        except (HydraException, FileNotFoundError) as exc:
+            print(f"distbench: plan: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(search_json(found)))
+        else:
+            print_search(found)
+        return 0
     try:
         plan = make_plan(
             args.overrides,
@@ -238,7 +276,10 @@ def _report(args: argparse.Namespace) -> int:
     if args.format == "csv":
         print(f"distbench: {len(df)} runs of {selection.title} -> {report.write_csv(df, out)}")
     else:
-        files, sections = report.write_report(df, out, selection.title)
+        ui_base = report.ui_base_url(uri, args.ui_url)
+        files, sections = report.write_report(
+            df, out, selection.title, selection.experiment_id, ui_base
+        )
         print(f"distbench: report of {selection.title} ({len(df)} runs) in {out}/")
         if selection.parent_run_id and not args.no_log:
             note = report.report_note(selection.experiment_id, selection.parent_run_id, sections)
@@ -281,8 +322,10 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         metrics = compare.parse_metrics(args.metrics)
         threshold_pct = compare.check_threshold(args.threshold_pct)
-        baseline, base_runs = compare.load_sweep(uri, args.baseline, args.experiment)
         candidate, cand_runs = compare.load_sweep(uri, args.candidate, args.experiment)
+        baseline, base_runs = compare.load_sweep(  # "previous": the one before the candidate
+            uri, args.baseline, args.experiment, candidate.parent_run_id
+        )
         if baseline.parent_run_id == candidate.parent_run_id:
             raise ValueError(
                 f"--candidate {args.candidate} is the baseline sweep {baseline.parent_run_id}; "
@@ -314,9 +357,13 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def add_schedule_options(parser: argparse.ArgumentParser, cron_required: bool = False) -> None:
-    help_cron = '5 fields, e.g. "0 2 * * *" (02:00 daily)'
+    help_cron = '5 fields, e.g. "0 2 * * *" (02:00 daily), or a macro such as "@daily"'
     parser.add_argument("--cron", required=cron_required, help=help_cron)
-    parser.add_argument("--baseline", help="a sweep's parent run id: compare each run against it")
+    parser.add_argument(
+        "--baseline",
+        help="compare each night's sweep against this sweep's parent run id, or against "
+        "'previous' (the sweep before it); default: no comparison",
+    )
     parser.add_argument("--name", help="the schedule's name (default: the experiment's)")
     parser.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI when set")
     parser.add_argument(
@@ -360,6 +407,10 @@ def _schedule(args: argparse.Namespace) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)  # cron and Slurm do not create it
     scrontab = shutil.which("scrontab")
     if scrontab and not args.dry_run:
+        refused = schedule.scrontab_problem(cron)
+        if refused:
+            print(f"distbench: schedule: cron {cron.expression!r}: {refused}", file=sys.stderr)
+            return 2
         try:
             schedule.install_scrontab(name, block, scrontab)
         except (RuntimeError, ValueError, OSError) as exc:
@@ -388,12 +439,25 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db",
     )
-    ui.add_argument("--experiment", default="distbench")
-    ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument(
+        "--experiment", default="distbench", help="whose runs page to print (default distbench)"
+    )
+    ui.add_argument(
+        "--host", default="127.0.0.1", help="the interface to bind (default 127.0.0.1: this host)"
+    )
+    ui.add_argument("--port", type=int, default=5000, help="default 5000")
+    ui.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="the UI's worker processes (mlflow ui --workers; default 1: one person's browser)",
+    )
+    ui.add_argument(
+        "--timeout-s", type=float, default=180.0, help="wait for /health this long (default 180)"
+    )
     ui.set_defaults(func=_ui)
     sync = sub.add_parser("sync", help="upload a sweep's spooled runs that did not land")
-    sync.add_argument("sweep_dir")
+    sync.add_argument("sweep_dir", help="the sweep's dir (multirun/DAY/TIME) or one job's dir")
     sync.add_argument(
         "--tracking-uri",
         default=None,
@@ -401,7 +465,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     sync.set_defaults(func=_sync)
     summary = sub.add_parser("summary", help="print a sweep's comparison table")
-    summary.add_argument("sweep_dir")
+    summary.add_argument(
+        "sweep",
+        nargs="?",
+        default="latest",
+        help="a sweep dir (multirun/DAY/TIME: read offline from its files), or from MLflow "
+        "'latest' (default), 'previous', a sweep's parent run id or run name",
+    )
+    summary.add_argument(
+        "--experiment", default="distbench", help="where names are looked up (default distbench)"
+    )
+    summary.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else ./mlflow.db")
     summary.set_defaults(func=_summary)
     plan = sub.add_parser(
         "plan",
@@ -410,10 +484,15 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("overrides", nargs="*", help="Hydra overrides as for run.py")
     plan.add_argument("--strategies", help="comma-separated, default: every conf/strategy option")
     plan.add_argument("--json", action="store_true", help="print one JSON list instead")
-    plan.add_argument("--efficiency", type=float, help="assumed MFU (default GPU 0.4, CPU 0.1)")
+    plan.add_argument("--efficiency", type=float, help="assumed MFU (default GPU 0.4, CPU 0.6)")
     plan.add_argument("--bandwidth-gbps", type=float, help="GB/s, default hardware's")
     plan.add_argument("--latency-us", type=float, help="µs per collective (default 10 / 100)")
     plan.add_argument("--recompute", action="store_true", help="full activation recomputation")
+    plan.add_argument(
+        "--search",
+        action="store_true",
+        help="every (engine, dp, tp, pp, ZeRO stage, micro batch) ranked, refusals with reasons",
+    )
     plan.set_defaults(func=_plan)
     res = sub.add_parser(
         "resolve",
@@ -423,14 +502,26 @@ def main(argv: list[str] | None = None) -> int:
     res.add_argument("--json", action="store_true", help="one JSON object: job, deepspeed_config")
     res.set_defaults(func=_resolve)
     rep = sub.add_parser("report", help="tables and plots of a sweep's runs, read from MLflow")
-    rep.add_argument("--sweep", help="a parent run id, or 'latest' (default unless --experiment)")
+    rep.add_argument(
+        "--sweep",
+        help="'latest' (default unless --experiment), 'previous', a sweep's parent run id or "
+        "run name, or its dir (multirun/DAY/TIME)",
+    )
     rep.add_argument("--experiment", help="every run of this experiment (default: distbench)")
     rep.add_argument("--out", default="report", help="the report folder (default: ./report)")
     rep.add_argument(
-        "--format", choices=("report", "csv"), default="report", help="csv: only runs.csv"
+        "--format",
+        choices=("report", "csv"),
+        default="report",
+        help="report: md, html, csv and plots (default); csv: only runs.csv",
     )
     rep.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else ./mlflow.db")
     rep.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
+    rep.add_argument(
+        "--ui-url",
+        help="the MLflow UI that run links in report.html point at, e.g. http://127.0.0.1:5000 "
+        "(default: the tracking server; for a sqlite store, links relative to the UI's root)",
+    )
     rep.set_defaults(func=_report)
     srv = sub.add_parser("server", help="a team's MLflow tracking server, in the foreground")
     srv.add_argument(
@@ -440,26 +531,53 @@ def main(argv: list[str] | None = None) -> int:
     )
     srv.add_argument("--root", default="mlflow-server", help="default ./mlflow-server")
     srv.add_argument("--artifacts-destination", help="artifact root, default ROOT/artifacts")
-    srv.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to serve other machines")
-    srv.add_argument("--port", type=int, default=5000)
-    srv.add_argument("--workers", type=int, default=2)
+    srv.add_argument(
+        "--host", default="127.0.0.1", help="default 127.0.0.1; 0.0.0.0 to serve other machines"
+    )
+    srv.add_argument("--port", type=int, default=5000, help="default 5000")
+    srv.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="the server's worker processes (mlflow server --workers; default 2)",
+    )
     srv.add_argument("--password-file", help="a file whose first line is the password")
     srv.add_argument("--allowed-hosts", help="passed to mlflow server (Host headers it accepts)")
-    srv.add_argument("--timeout-s", type=float, default=180.0, help="wait for /health this long")
+    srv.add_argument(
+        "--timeout-s", type=float, default=180.0, help="wait for /health this long (default 180)"
+    )
     srv.add_argument("--log-file", help="append the server's output here (default: the terminal)")
     srv.set_defaults(func=_server)
     cmp = sub.add_parser(
         "compare", help="flag configurations of a sweep slower or hungrier than a baseline sweep"
     )
-    cmp.add_argument("--baseline", required=True, help="the baseline sweep's parent run id")
-    cmp.add_argument("--candidate", default="latest", help="a parent run id or 'latest' (default)")
-    cmp.add_argument("--threshold-pct", type=float, default=5.0, help="default 5")
+    cmp.add_argument(
+        "--baseline",
+        required=True,
+        help="'previous' (the sweep started just before the candidate), a sweep's parent run id "
+        "or run name, or its dir (multirun/DAY/TIME)",
+    )
+    cmp.add_argument(
+        "--candidate",
+        default="latest",
+        help="'latest' (default), a sweep's parent run id or run name, or its dir",
+    )
+    cmp.add_argument(
+        "--threshold-pct",
+        type=float,
+        default=5.0,
+        help="how much worse (%%) a metric may get before it is a regression (default 5)",
+    )
     cmp.add_argument(
         "--metrics",
         default="throughput_tokens_per_s,peak_mem_gib",
         help="comma-separated (default throughput_tokens_per_s,peak_mem_gib)",
     )
-    cmp.add_argument("--experiment", default="distbench", help="where 'latest' is looked up")
+    cmp.add_argument(
+        "--experiment",
+        default="distbench",
+        help="where latest, previous and names are looked up (default distbench)",
+    )
     cmp.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else ./mlflow.db")
     cmp.add_argument("--no-log", action="store_true", help="do not log the comparison to MLflow")
     cmp.set_defaults(func=_compare)
@@ -468,7 +586,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_schedule_options(sch)
     sch.set_defaults(func=_schedule)
-    sch.add_argument("rest", nargs=argparse.REMAINDER, metavar="experiment=NAME [OVERRIDE ...]")
+    sch.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="experiment=NAME [OVERRIDE ...]",
+        help="the study (experiments/NAME.yaml) and Hydra overrides as for run.py",
+    )
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -40,6 +40,7 @@ from distbench.launch.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
 from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
 from distbench.orphans import mark_owner
+from distbench.tracking.live import forget_live
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG, run_signature
 from distbench.workloads import Measured, host_metrics, registry
 
@@ -218,9 +219,61 @@ def job_position() -> tuple[int | None, int | None]:
     return hydra_cfg.job.num + 1, int(total) if total else None
 
 
-def run_name(tags: dict[str, str], job: Job | None) -> str:
+# What run_name() shows already: a sweep over these needs nothing more in the name.
+NAMED_KEYS = ("strategy", "world_size", "zero_stage", "workload")
+
+
+def swept_values(job_overrides: list[str], swept_keys: list[str]) -> list[str]:
+    """`key=value` of each of this job's overrides whose key its sweep varies (as Hydra's
+    override_dirname writes them, the last part of a dotted key unless two share it), leaving
+    out NAMED_KEYS: `micro_batch_size=4`, `model=tiny`. Secret values are masked."""
+    from distbench.tracking.secrets_mask import mask_override
+
+    picked = {}
+    for override in job_overrides:
+        key, sep, value = mask_override(override).partition("=")
+        key = key.lstrip("+~")
+        if sep and key in swept_keys and key not in NAMED_KEYS:
+            picked[key] = value
+    leaves = [key.rsplit(".", 1)[-1] for key in picked]
+    return [
+        f"{leaf if leaves.count(leaf) == 1 else key}={value}"
+        for leaf, (key, value) in zip(leaves, picked.items(), strict=True)
+    ]
+
+
+def sweep_naming() -> tuple[int | None, list[str]]:
+    """What tells this job's run from its sweep's others: its 0-based trial number when a
+    sampler picks the values (a sweeper with `n_trials`, Optuna: it may draw the same values
+    twice), else None; and its swept_values. (None, []) outside a multirun."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None, []
+    from distbench.tracking.sweep import SWEPT_KEYS_ENV
+
+    hydra_cfg = HydraConfig.get()
+    swept_keys = [k for k in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if k]
+    trial = hydra_cfg.job.num if hydra_cfg.sweeper.get("n_trials") is not None else None
+    return trial, swept_values(list(hydra_cfg.overrides.task), swept_keys)
+
+
+def run_name(
+    tags: dict[str, str], job: Job | None, trial: int | None = None, swept: list[str] | None = None
+) -> str:
     """A readable MLflow run name: dp-ws2, zero3-ws4, dp-z2-ws2 (a stage the strategy does not
-    imply is named), inference-tp-ws2, gemm-ws2 for raw workloads."""
+    imply is named), inference-tp-ws2, gemm-ws2 for raw workloads; then the trial number of a
+    sampled sweep and the job's values of the other swept keys (sweep_naming()):
+    `zero2-ws2-trial3 micro_batch_size=4,reduce_bucket_size=5000000`, `dp-ws2 model=tiny`."""
+    name = strategy_name(tags, job)
+    if trial is not None:
+        name += f"-trial{trial}"
+    return f"{name} {','.join(swept)}" if swept else name
+
+
+def strategy_name(tags: dict[str, str], job: Job | None) -> str:
+    """The name of what ran: dp-ws2, dp-z2-ws2, inference-tp-ws2, gemm-ws2."""
     workload, strategy, ws = tags["workload"], tags["strategy"], tags["world_size"]
     if workload == strategy:  # raw workloads stand in for the strategy
         return f"{workload}-ws{ws}"
@@ -348,7 +401,7 @@ def new_outcome(
         "micro_batch_size": job.batch.micro_batch_size if job and job.batch else None,
         "job_dir": str(job_dir),
         "signature": run_signature(tree),
-        "run_name": run_name(tags, job),
+        "run_name": run_name(tags, job, *sweep_naming()),
         **tags,
     }
     if job and job.world_size_requested:
@@ -368,11 +421,13 @@ def record_failure(
     failure: dict[str, str],
     label: str,
     log_now: bool = True,
+    times_ms: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Record a job that ended before it could record itself (its SLURM job cancelled, timed
     out, or its node lost; its orchestrator killed): a FAILED run with `failure` (failure_kind,
     failure_reason and tags such as slurm_job_id), like any other failure; with log_now=False
-    only spooled (`distbench sync` uploads it under the sweep's parent run)."""
+    only spooled (`distbench sync` uploads it under the sweep's parent run, filling the run
+    the job started, if any). `times_ms`: when the job started and was last seen (else now)."""
     started = time.monotonic()
     job, _ = resolve(cfg, project_dir / "conf")
     outcome, _ = new_outcome(cfg, job, job_dir, label)
@@ -380,7 +435,15 @@ def record_failure(
     kind, reason = failure["failure_kind"], failure["failure_reason"]
     print(f"distbench: {label} failed ({kind}): {reason}", flush=True)
     return _finish(
-        cfg, job, outcome, Measured(metrics={}), job_dir, project_dir, started, log_now=log_now
+        cfg,
+        job,
+        outcome,
+        Measured(metrics={}),
+        job_dir,
+        project_dir,
+        started,
+        log_now=log_now,
+        times_ms=times_ms,
     )
 
 
@@ -442,6 +505,7 @@ def _run_job(
     job, refusal = resolve(cfg, conf_dir)
     outcome, tags = new_outcome(cfg, job, job_dir, label)
     mark_owner(job_dir)  # a SIGKILLed orchestrator leaves this: `distbench sync` records the job
+    forget_live(job_dir)  # an earlier execution's live run is not this attempt
     skipped = _resume_check(cfg, outcome["signature"], label)
     if skipped:
         reason, previous = skipped
@@ -487,9 +551,14 @@ def _run_job(
     if shortfall:
         return refuse(shortfall)
 
-    # 4. the ranks, under the watchdog
+    # 4. the ranks, under the watchdog, their steps streamed to the RUNNING MLflow run
     outcome["master_port"] = launch.port
-    launched = _launch(job, launch, job_dir, tags, label)
+    live = _start_live(cfg, outcome, job_dir, project_dir, label, started)
+    try:
+        launched = _launch(job, launch, job_dir, tags, label)
+    finally:  # also when cancelled: the run is then filled as such
+        if live is not None:
+            live.stop()
     outcome["wall_time_s"] = launched.wall_time_s
 
     # 5. the result and its metrics, or the failure
@@ -583,6 +652,108 @@ def _failure(
     }
 
 
+def wall_ms(started: float) -> int:
+    """The wall clock (ms since the epoch) of the monotonic instant `started`."""
+    return int((time.time() - (time.monotonic() - started)) * 1000)
+
+
+def run_tags(
+    outcome: dict[str, Any], job_dir: Path, project_dir: Path, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """A job's run tags from its outcome: what names it, the software and machine, MLflow's
+    reserved tags (source, user, commit), its dir and signature, `extra` (the workload's), then
+    the outcome's tagged entries."""
+    from distbench.compose.hardware import detect_tags
+    from distbench.tracking.secrets_mask import mask_text
+    from distbench.tracking.spool import JOB_DIR_TAG
+    from distbench.tracking.sweep import reserved_tags, software_tags
+
+    tags = {k: str(outcome[k]) for k in NAME_TAGS if k in outcome}
+    tags.update(software_tags(project_dir))
+    tags.update(reserved_tags(project_dir))
+    tags.update(detect_tags())
+    tags.update({JOB_DIR_TAG: str(job_dir), SIGNATURE_TAG: outcome["signature"]})
+    tags.update(extra or {})
+    for key in TAGGED_OUTCOME_KEYS:
+        if outcome.get(key):
+            tags[key] = mask_text(str(outcome[key]))[:5000]
+    return tags
+
+
+def logged_params(config_tree: dict[str, Any]) -> dict[str, str]:
+    """The run's params: the job's tree flattened (it holds only the active workload's node),
+    without `fault.*` when no fault is injected; the whole tree stays in resolved.yaml."""
+    from distbench.tracking.mlflow_store import flatten
+
+    fault = config_tree.get("fault")
+    injected = isinstance(fault, dict) and fault.get("kind") not in (None, "none")
+    tree = {k: v for k, v in config_tree.items() if k != "fault" or injected}
+    return flatten(tree)
+
+
+def _start_live(
+    cfg: DictConfig,
+    outcome: dict[str, Any],
+    job_dir: Path,
+    project_dir: Path,
+    label: str,
+    started: float,
+) -> Any:
+    """The job's child run, created RUNNING now and streaming (tracking/live.py), or None
+    (tracking off, or the store down: the run is then logged at the end or spooled)."""
+    from distbench.tracking.live import start_live_run
+    from distbench.tracking.secrets_mask import mask_text
+    from distbench.tracking.sweep import PARENT_RUN_ENV, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
+    if uri is None:
+        return None
+    try:
+        return start_live_run(
+            uri,
+            cfg.tracking.experiment_name,
+            outcome["run_name"],
+            run_tags(outcome, job_dir, project_dir),
+            job_dir,
+            wall_ms(started),
+            os.environ.get(PARENT_RUN_ENV),
+            float(cfg.tracking.get("system_metrics_interval_s") or 0.0),
+        )
+    except Exception as exc:  # the store is down or broken: the job runs, its run is spooled
+        why = mask_text(f"{type(exc).__name__}: {str(exc).strip()[:300]}").splitlines()[0]
+        print(f"distbench: {label}: no live MLflow run ({why}); it is logged at the end")
+        return None
+
+
+def stamped_series(
+    series: list[tuple[str, float, int]], job_dir: Path
+) -> list[tuple[str, float, int] | tuple[str, float, int, int]]:
+    """The workload's series, each point of a field rank 0's progress lines carry (step_time_s,
+    loss) stamped with the time its step ended (the others are stamped at the end)."""
+    from distbench.tracking.live import PROGRESS_FILE, parse_lines, step_timestamps
+
+    try:
+        stamps = step_timestamps(parse_lines((job_dir / PROGRESS_FILE).read_text()))
+    except OSError:
+        stamps = {}
+    return [
+        (k, v, step, stamps[(k, step)]) if (k, step) in stamps else (k, v, step)
+        for k, v, step in series
+    ]
+
+
+def _extra_artifacts(job: Job | None, upload_dir: Path) -> list[Path]:
+    """Files a run logs besides the job dir's: the DeepSpeed config a training job's ranks
+    passed to deepspeed.initialize (engines/deepspeed.py ds_config), as ds_config.json."""
+    if job is None or job.engine != "deepspeed" or job.workload.name != "train":
+        return []
+    from distbench.engines.deepspeed import ds_config
+
+    path = upload_dir / "ds_config.json"
+    path.write_text(json.dumps(ds_config(job), indent=2, sort_keys=True) + "\n")
+    return [path]
+
+
 def _finish(
     cfg: DictConfig,
     job: Job | None,
@@ -592,45 +763,45 @@ def _finish(
     project_dir: Path,
     started: float,
     log_now: bool = True,
+    times_ms: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Write outcome.json and spool the MLflow run, then log it (unless log_now=False); a
-    tracking failure is reported (the run stays spooled for `distbench sync`), never raised. A
-    job dir that cannot be written (read-only, removed meanwhile) does not lose the run: it is
-    logged directly."""
-    from distbench.compose.hardware import detect_tags
-    from distbench.tracking.mlflow_store import flatten
+    """Write outcome.json and spool the MLflow run, then log it (unless log_now=False): into
+    the run the job created when it started (its attempt, named in the job dir), else a new
+    one; a tracking failure is reported (the run stays spooled for `distbench sync`), never
+    raised. A job dir that cannot be written (read-only, removed meanwhile) does not lose the
+    run: it is logged directly. The run spans the job's wall clock (`times_ms` when given)."""
+    from distbench.tracking.live import read_live, read_points
     from distbench.tracking.secrets_mask import mask_text, mask_tree
-    from distbench.tracking.spool import JOB_DIR_TAG, upload, write_payload
-    from distbench.tracking.sweep import PARENT_RUN_ENV, resolve_tracking_uri, software_tags
+    from distbench.tracking.spool import upload, write_payload
+    from distbench.tracking.sweep import PARENT_RUN_ENV, resolve_tracking_uri
 
     outcome["orchestrator_time_s"] = time.monotonic() - started
     _write_outcome(job_dir, outcome)
     uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
     if uri is None:
         return outcome
+    start_ms, end_ms = times_ms or (wall_ms(started), int(time.time() * 1000))
     # The params: the job's tree (only the active workload's node), or for a config that did
     # not resolve, what was composed.
     config_tree = mask_tree(job.tree() if job else _composed_tree(cfg))
-    tags = {k: str(outcome[k]) for k in NAME_TAGS if k in outcome}
-    tags.update(software_tags(project_dir))
-    tags.update(detect_tags())
-    tags.update({JOB_DIR_TAG: str(job_dir), SIGNATURE_TAG: outcome["signature"]})
-    tags.update(measured.tags)  # the workload's own (train: equivalent=...)
-    for key in TAGGED_OUTCOME_KEYS:
-        if outcome.get(key):
-            tags[key] = mask_text(str(outcome[key]))[:5000]
+    tags = run_tags(outcome, job_dir, project_dir, extra=measured.tags)
     artifacts = [job_dir / name for name in ARTIFACTS if name != "resolved.yaml"]
     artifacts += measured.artifacts
+    live = read_live(job_dir) or {}
     payload = {
         "experiment_name": cfg.tracking.experiment_name,
         "run_name": outcome["run_name"],
-        "params": flatten(config_tree),
+        "params": logged_params(config_tree),
         "metrics": measured.metrics,
-        "series": measured.series,
+        "series": stamped_series(measured.series, job_dir),
+        "points": read_points(job_dir),
         "tags": tags,
         "artifacts": [],
         "failed": outcome["status"] != "FINISHED",
         "parent_run_id": os.environ.get(PARENT_RUN_ENV),
+        "start_time_ms": start_ms,
+        "end_time_ms": end_ms,
+        **{k: live[k] for k in ("attempt_id", "attempt", "previous_run_id") if live.get(k)},
     }
     try:
         upload_dir = job_dir / "upload"  # what is logged: the config with its secrets masked
@@ -639,7 +810,7 @@ def _finish(
         masked_config.write_text(OmegaConf.to_yaml(OmegaConf.create(config_tree)))
         payload["artifacts"] = [
             str(p.relative_to(job_dir))
-            for p in [masked_config, *artifacts]
+            for p in [masked_config, *_extra_artifacts(job, upload_dir), *artifacts]
             if p.is_relative_to(job_dir)
         ]
         write_payload(job_dir, payload)

@@ -66,10 +66,23 @@ def orphaned_job_dirs(sweep_dir: Path) -> list[tuple[Path, str]]:
     return found
 
 
+def job_times_ms(job_dir: Path) -> tuple[int, int]:
+    """(when the job started: its owner file was written, when it was last seen alive: the
+    newest file its ranks or orchestrator wrote), in ms since the epoch."""
+    owner = job_dir / OWNER_FILE
+    started = owner.stat().st_mtime if owner.exists() else job_dir.stat().st_mtime
+    seen = [started]
+    for path in job_dir.rglob("*"):
+        if path.is_file() and "upload" not in path.relative_to(job_dir).parts:
+            seen.append(path.stat().st_mtime)
+    return int(started * 1000), int(max(seen) * 1000)
+
+
 def record_orphans(sweep_dir: Path, tracking_uri: str, project_dir: Path) -> list[Path]:
     """Spool a FAILED `orchestrator_lost` run for each orphaned job of the sweep (its config as
-    Hydra composed it); `distbench sync` then uploads them under the sweep's parent run.
-    Returns their job dirs."""
+    Hydra composed it), spanning the job's start to when it was last seen; `distbench sync`
+    then uploads them under the sweep's parent run, filling and ending the run the job left
+    RUNNING when it had one (tracking/live.py). Returns their job dirs."""
     from distbench.orchestrator import record_failure
 
     recorded = []
@@ -82,6 +95,8 @@ def record_orphans(sweep_dir: Path, tracking_uri: str, project_dir: Path) -> lis
             "machine); recorded by distbench sync"
         )
         failure = {"failure_kind": LOST_KIND, "failure_reason": reason}
-        record_failure(cfg, job_dir, project_dir, failure, f"job {job_dir.name}", log_now=False)
+        times = job_times_ms(job_dir)
+        label = f"job {job_dir.name}"
+        record_failure(cfg, job_dir, project_dir, failure, label, log_now=False, times_ms=times)
         recorded.append(job_dir)
     return recorded

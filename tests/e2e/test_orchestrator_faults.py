@@ -170,7 +170,8 @@ def test_a_sigkilled_sweep_leaves_no_rank_and_sync_records_the_job_and_closes_th
         time.sleep(0.2)
     assert not processes_mentioning(str(sweep_dir)), "ranks outlived their orchestrator"
     runs = runs_of(tmp_path)
-    assert list(runs["status"]) == ["RUNNING"]  # the parent, left open by the kill
+    # the parent and the job's live run (created RUNNING at its start), left open by the kill
+    assert list(runs["status"]) == ["RUNNING", "RUNNING"]
     sync = sync_py(sweep_dir, tmp_path)
     assert sync.returncode == 0, sync.stderr[-2000:]
     assert "1 job(s) whose orchestrator died recorded as orchestrator_lost" in sync.stdout

@@ -1,8 +1,12 @@
-"""`distbench report` on a real tiny sweep in a real sqlite store: the report folder, its plots,
-the artifacts and description it leaves on the sweep's parent run, and the csv export."""
+"""`distbench report` on a real tiny sweep in a real sqlite store: the report folder, its plots
+(embedded in report.html; no scaling plot at one world size), the grid with each run linked, the
+artifacts and description it leaves on the sweep's parent run, and the csv export."""
 
 from __future__ import annotations
 
+import base64
+import io
+import re
 import subprocess
 import sys
 
@@ -14,12 +18,11 @@ from tests.e2e.tiny_sweep import Sweep, shared_sweep
 
 pytestmark = pytest.mark.e2e
 
-PLOTS = (
+PLOTS = (  # the sweep ran at one world size: no scaling_efficiency.png
     "throughput_tflops.png",
     "peak_mem_per_rank.png",
     "pareto_throughput_vs_memory.png",
     "cost_per_1m_tokens.png",
-    "scaling_efficiency.png",
 )
 
 
@@ -50,14 +53,23 @@ def test_report_of_the_latest_sweep_writes_tables_plots_and_logs_them_on_the_par
     assert "best peak memory (GiB) (min):" in proc.stdout
 
     md = (out / "report.md").read_text()
-    assert "| strategy | 2 |" in md  # strategy × world_size pivots
-    for strategy in ("dp", "zero1"):
-        assert f"\n| {strategy} | " in md
+    assert "| run | strategy | world_size | zero_stage | status |" in md  # one grid table
+    for run_id in sweep.child_run_ids:  # each run name links its run
+        assert f"](#/experiments/{sweep.experiment_id}/runs/{run_id})" in md
+    for name in sweep.child_run_names:
+        assert f"| [{name}](" in md
     assert "## Predicted vs measured" in md and "pred_peak_mem_gib" in md
+    assert "no configuration ran at two or more world sizes" in md
+    assert not (out / "scaling_efficiency.png").exists()
     html = (out / "report.html").read_text()
-    assert "<table" in html and html.count("<img ") == len(PLOTS)
-    for name in PLOTS:
-        image = Image.open(out / name)
+    assert "<table" in html
+    for run_id in sweep.child_run_ids:  # no server known (sqlite): relative to the UI's root
+        assert f'href="#/experiments/{sweep.experiment_id}/runs/{run_id}"' in html
+    sources = re.findall(r'<img src="data:image/png;base64,([^"]+)"', html)
+    assert len(sources) == html.count("<img ") == len(PLOTS)  # all embedded, none by path
+    for name, source in zip(PLOTS, sources, strict=True):
+        assert base64.b64decode(source) == (out / name).read_bytes(), name
+        image = Image.open(io.BytesIO(base64.b64decode(source)))
         image.load()
         assert image.format == "PNG" and image.width >= 500 and image.height >= 300, name
         assert len(image.convert("RGB").getcolors(maxcolors=1 << 20)) > 20, name  # not blank
@@ -71,6 +83,17 @@ def test_report_of_the_latest_sweep_writes_tables_plots_and_logs_them_on_the_par
     note = client.get_run(sweep.parent_run_id).data.tags["mlflow.note.content"]
     assert f"runs/{sweep.parent_run_id}/artifacts/report/report.html" in note
     assert "best throughput" in note
+
+
+def test_report_links_runs_against_a_given_ui(sweep, tmp_path):
+    out = tmp_path / "report"
+    args = ("--out", str(out), "--no-log", "--ui-url", "http://127.0.0.1:5000/")
+    proc = distbench_report(sweep, "--sweep", sweep.parent_run_id, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (out / "report.html").read_text()
+    for run_id in sweep.child_run_ids:
+        link = f"http://127.0.0.1:5000/#/experiments/{sweep.experiment_id}/runs/{run_id}"
+        assert f'href="{link}"' in html
 
 
 def test_report_csv_of_a_sweep_by_id_is_the_flat_table_of_its_children(sweep, tmp_path):

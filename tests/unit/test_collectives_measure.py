@@ -61,7 +61,7 @@ def test_measure_logs_series_by_size_summaries_and_artifacts(tmp_path):
     assert (m["emulated.all_gather"], m["emulated.all_reduce"]) == (1.0, 0.0)
     assert m["num_sizes"] == 4
     names = sorted(p.name for p in measured.artifacts)
-    assert names == ["collectives.csv", "collectives_busbw.png"]
+    assert names == ["collectives.csv", "collectives.txt", "collectives_busbw.png"]
     rows = list(csv.DictReader((tmp_path / "collectives.csv").open()))
     assert len(rows) == 12
     gather = [r for r in rows if r["collective"] == "all_gather"]

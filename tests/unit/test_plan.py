@@ -86,3 +86,48 @@ def test_the_plan_predicts_the_resolved_job_on_the_plans_hardware():
     }
     assert plan.hardware["name"] == "cpu" and plan.hardware["mem_gib"] > 0
     assert "detected" not in plan.hardware  # a resolution note appears only when set
+
+
+def test_groups_that_span_nodes_use_the_internode_link():
+    from distbench.figures.analytic import group_spans_nodes, predict
+    from distbench.job import Layout, resolve_job
+    from tests.conftest import compose_config
+
+    layout = Layout(world_size=64, dp=8, tp=4, pp=2, zero_stage=1)
+    # ranks arange(64).view(8, 2, 4): tp and pp stay in a node of 8, dp crosses nodes
+    assert [group_spans_nodes(g, layout, 8) for g in ("tp", "pp", "dp")] == [False, False, True]
+    base = ["model=llama3_70b", "hardware=h100_sxm", "workload.dtype=bf16", "strategy=zero3"]
+    one_node = predict(resolve_job(compose_config([*base, "world_size=8"]), CONF_DIR))
+    eight = predict(resolve_job(compose_config([*base, "world_size=64"]), CONF_DIR))
+    assert one_node.assumptions["link_gbytes_per_s"]["dp"] == 900.0
+    assert eight.assumptions["num_nodes"] == 8 and eight.assumptions["ranks_per_node"] == 8
+    assert eight.assumptions["link_gbytes_per_s"]["dp"] == 50.0  # 400 Gb/s NDR per GPU
+    # the data-parallel bytes now cross InfiniBand: communication is no longer NVLink-cheap
+    assert eight.time_s["comm"] > 10 * eight.comm_bytes["dp"] / 900e9
+
+
+def test_a_large_model_with_the_cpu_batch_is_warned_about():
+    plan = make_plan(["model=llama3_8b", "world_size=8", "hardware=h100_sxm"], ["zero3"])
+    (warning,) = plan.extra["warnings"]
+    assert "batch=small" in warning and "8.0B parameters" in warning
+    assert plan_json(plan)[-1]["warnings"] == [warning]
+    chosen = make_plan(["model=llama3_8b", "world_size=8", "hardware=h100_sxm", "batch=medium"])
+    assert chosen.extra["warnings"] == []
+    assert make_plan(["hardware=cpu"], ["dp"]).extra["warnings"] == []  # tiny: no warning
+
+
+def test_search_ranks_every_layout_that_fits_and_says_why_the_rest_do_not():
+    from distbench.tools.plan import search_json, search_layouts
+
+    overrides = ["model=llama3_8b", "world_size=8", "hardware=h100_sxm", "workload.dtype=bf16"]
+    found = search_layouts([*overrides, "batch=medium"], micro_batches=(1, 4))
+    speeds = [p.tokens_per_s for _, p in found.ranked]
+    assert speeds and speeds == sorted(speeds, reverse=True)
+    assert all(p.fits for _, p in found.ranked)
+    tried = {(p.layout.tp, p.layout.pp) for _, p in found.ranked}
+    assert any(tp >= 4 or pp >= 4 for tp, pp in tried)  # not only the strategy files' degrees
+    reasons = set(found.refused.values())
+    assert any("not supported by the deepspeed engine" in r for r in reasons)
+    assert any(r.startswith("does not fit:") for r in reasons)
+    doc = json.loads(json.dumps(search_json(found)))
+    assert len(doc["ranked"]) == len(found.ranked) and doc["refused"] == found.refused

@@ -1,9 +1,13 @@
-"""The report's pure functions on a hand-made table of runs: pivots, best per metric, the Pareto
-front, scaling efficiency, missing metrics (failed runs, other workloads) and the documents."""
+"""The report's pure functions on a hand-made table of runs: pivots, the grid table and its run
+links, best per metric, the Pareto front, scaling efficiency, missing metrics (failed runs, other
+workloads) and the documents (report.html self-contained, rendered from its packaged template)."""
 
 from __future__ import annotations
 
+import base64
 import math
+import re
+from importlib import resources
 
 import numpy as np
 import pandas as pd
@@ -141,27 +145,90 @@ def test_a_table_without_any_train_metric_yields_empty_sections_not_errors(tmp_p
         }
     )
     files, sections = report.write_report(df, tmp_path, "collectives only")
-    assert sections.best.empty and sections.pivots == [] and sections.plots == []
-    assert sections.pred.empty
+    assert sections.best.empty and sections.plots == []
+    assert sections.pred.empty and sections.scaling.empty
+    assert list(sections.grid["run_name"]) == ["dp-ws2-z0", "dp-ws2-z0"]  # rows, no metrics
+    assert "throughput_tokens_per_s" not in sections.grid
     assert {p.name for p in files} == {"report.md", "report.html", "runs.csv"}
     assert "_none_" in (tmp_path / "report.md").read_text()
 
 
-def test_report_documents_hold_the_pivots_the_verdict_and_every_plot(tmp_path):
-    files, _ = report.write_report(runs(), tmp_path, "hand-made")
+def test_grid_table_is_one_row_per_run_with_every_headline_metric_someone_has():
+    grid = report.grid_table(runs())
+    assert len(grid) == len(runs())  # failed and gemm runs too
+    assert list(grid.columns[:6]) == list(report.GRID_KEYS)
+    assert "throughput_tokens_per_s" in grid and "mfu_pct" not in grid  # nobody has MFU
+    assert grid.columns[-1] == "run_id"
+    best = report.best_rows(grid)
+    assert grid.loc[best["throughput_tokens_per_s"], "run_name"] == "dp-ws4-z0"
+    assert grid.loc[best["peak_mem_gib"], "run_name"] == "zero3-ws4-z3"
+
+
+def test_run_links_are_absolute_against_a_known_ui_and_relative_without_one():
+    assert report.run_link("3", "abc") == "#/experiments/3/runs/abc"
+    assert (
+        report.run_link("3", "abc", "http://mlflow:5000/")
+        == "http://mlflow:5000/#/experiments/3/runs/abc"
+    )
+    assert report.ui_base_url("sqlite:///x.db") is None
+    assert report.ui_base_url("sqlite:///x.db", "http://127.0.0.1:5000/") == "http://127.0.0.1:5000"
+    assert report.ui_base_url("https://mlflow.internal/") == "https://mlflow.internal"
+    assert report.ui_base_url("http://u:secret@mlflow:80") == "http://u:***@mlflow:80"
+
+
+def test_report_documents_hold_one_grid_with_run_links_the_verdict_and_every_plot(tmp_path):
+    files, sections = report.write_report(
+        runs(), tmp_path, "hand-made <sweep>", experiment_id="7", ui_base="http://ui:5000"
+    )
     names = {p.name for p in files}
     assert {name for name, _ in report.PLOTS} <= names
     md = (tmp_path / "report.md").read_text()
-    assert "| strategy | 1 | 2 | 4 |" in md
-    assert "| dp | 1000 | 1800 | 3000 |" in md
+    assert "| run | strategy | world_size | zero_stage | status | failure_kind |" in md
+    assert "| step time p50 (s) | throughput (tokens/s) |" in md
+    assert "[dp-ws4-z0](http://ui:5000/#/experiments/7/runs/id2)" in md
+    assert "| **3000** |" in md  # the best throughput, marked
+    assert "| strategy | 1 | 2 | 4 |" not in md  # no per-metric pivots any more
     assert "best throughput (tokens/s) (max): 3000  dp-ws4-z0" in md
     assert "invalid_config" in md
     html = (tmp_path / "report.html").read_text()
-    assert html.count("<img ") == len(report.PLOTS) and "<table" in html
+    assert html.count("<table") == 4  # the grid, failed runs, predictions, scaling
+    assert "hand-made &lt;sweep&gt;" in html  # autoescaped
+    assert '<a href="http://ui:5000/#/experiments/7/runs/id2">dp-ws4-z0</a>' in html
+    assert html.count('class="best"') == len(sections.best)
+    # every image embedded: nothing the sandboxed artifact viewer would have to fetch
+    sources = re.findall(r'<img src="([^"]+)"', html)
+    assert len(sources) == len(report.PLOTS)
+    for src, (name, _) in zip(sources, report.PLOTS, strict=True):
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]) == (tmp_path / name).read_bytes()
     for name, _ in report.PLOTS:
         assert (tmp_path / name).stat().st_size > 5000
     back = pd.read_csv(tmp_path / "runs.csv")
     assert len(back) == len(runs()) and "gemm_time_s_p50" in back
+
+
+def test_a_sweep_at_one_world_size_has_no_scaling_plot_or_table(tmp_path):
+    df = runs()
+    df = df[df["world_size"] == 2]
+    files, sections = report.write_report(df, tmp_path, "one world size")
+    assert "scaling_efficiency.png" not in {p.name for p in files}
+    assert not report.scales(report.scaling_efficiency(df)) and sections.scaling.empty
+    assert f"_{report.NO_SCALING}_" in (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    assert report.NO_SCALING in html and html.count("<img ") == len(report.PLOTS) - 1
+    assert "#/experiments/" not in html  # no experiment given: no links
+
+
+def test_links_are_relative_when_no_ui_is_known(tmp_path):
+    report.write_report(runs(), tmp_path, "relative", experiment_id="7")
+    html = (tmp_path / "report.html").read_text()
+    assert '<a href="#/experiments/7/runs/id0">dp-ws1-z0</a>' in html
+    assert "--ui-url" in html  # says how to get absolute links
+
+
+def test_the_template_ships_as_package_data():
+    template = resources.files("distbench.tools") / "templates" / "report.html.j2"
+    assert template.is_file()
 
 
 def test_markdown_table_escapes_pipes_and_marks_missing_values():

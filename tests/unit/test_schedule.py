@@ -1,5 +1,6 @@
-"""`distbench schedule`: cron parsing and next occurrence, the job's command line, the scrontab
-block replaced (not duplicated) on a re-run, and the printed crontab / sbatch lines.
+"""`distbench schedule`: cron checking (croniter, within what cron and scrontab both read) and
+the next occurrence, the job's command line, the scrontab block replaced (not duplicated) on a
+re-run, and the printed crontab / sbatch lines.
 
     pytest tests/unit/test_schedule.py
 """
@@ -21,34 +22,57 @@ pytestmark = pytest.mark.unit
 RUN_ID = "0123456789abcdef0123456789abcdef"
 
 
-def test_cron_fields_numbers_names_ranges_lists_steps():
-    cron = schedule.parse_cron("0 2 * * *")
-    assert (cron.minutes, cron.hours) == ({0}, {2})
-    assert cron.days == set(range(1, 32)) and cron.weekdays == set(range(7))
-    cron = schedule.parse_cron("*/15 9-17/4 1,15 jan-mar MON-fri")
-    assert cron.minutes == {0, 15, 30, 45} and cron.hours == {9, 13, 17}
-    assert cron.days == {1, 15} and cron.months == {1, 2, 3} and cron.weekdays == {1, 2, 3, 4, 5}
-    assert schedule.parse_cron("5/20 0 * * 7").minutes == {5, 25, 45}
-    assert schedule.parse_cron("0 0 * * 7").weekdays == {0}  # 7 is Sunday too
+@pytest.mark.parametrize(
+    "expression",
+    ["0 2 * * *", "*/15 9-17/4 1,15 jan-mar MON-fri", "5/20 0 * * 7", "0  2 * *  *"],
+)
+def test_cron_fields_numbers_names_ranges_lists_steps_are_taken(expression):
+    assert schedule.parse_cron(expression).expression == " ".join(expression.split())
+
+
+@pytest.mark.parametrize(
+    ("macro", "after", "expected"),
+    [
+        ("@daily", "2026-11-22 06:30", "2026-11-23 00:00"),
+        ("@midnight", "2026-11-22 06:30", "2026-11-23 00:00"),
+        ("@hourly", "2026-11-22 06:30", "2026-11-22 07:00"),
+        ("@weekly", "2026-11-22 06:30", "2026-11-29 00:00"),  # Sundays
+        ("@monthly", "2026-11-22 06:30", "2026-12-01 00:00"),
+        ("@yearly", "2026-11-22 06:30", "2027-01-01 00:00"),
+        ("@Annually", "2026-11-22 06:30", "2027-01-01 00:00"),
+    ],
+)
+def test_macros_that_cron_and_scrontab_share_are_taken(macro, after, expected):
+    cron = schedule.parse_cron(macro)
+    assert cron.expression == macro.lower()
+    found = schedule.next_occurrence(cron, dt.datetime.fromisoformat(after))
+    assert found == dt.datetime.fromisoformat(expected)
+    assert schedule.scrontab_problem(cron) is None
 
 
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
         ("0 2 * *", "has 4 field(s); need 5 fields: minute hour day-of-month month day-of-week"),
-        ("0 2 * * * *", "has 6 field(s)"),
-        ("@daily", "has 1 field(s)"),
-        ("60 2 * * *", "minute 60 is out of range 0-59"),
-        ("0 24 * * *", "hour 24 is out of range 0-23"),
-        ("0 2 0 * *", "day-of-month 0 is out of range 1-31"),
-        ("0 2 * 13 *", "month 13 is out of range 1-12"),
-        ("0 2 * * 8", "day-of-week 8 is out of range 0-7"),
-        ("0 2 * * funday", "day-of-week 'funday' is not a number or a name (sun, mon"),
-        ("*/0 2 * * *", "minute step '0' is not >= 1"),
+        ("0 2 * * * *", "has 6 field(s)"),  # croniter's seconds field: cron has none
+        ("@reboot", "@reboot runs when a machine boots, which Slurm's scrontab refuses"),
+        ("@often", "is no macro; use one of @yearly, @annually, @monthly, @weekly, @daily"),
+        ("60 2 * * *", "minute '60' is not valid; it takes 0-59"),
+        ("0 24 * * *", "hour '24' is not valid; it takes 0-23"),
+        ("0 2 0 * *", "day-of-month '0' is not valid; it takes 1-31"),
+        ("0 2 * 13 *", "month '13' is not valid; it takes 1-12 or jan-dec"),
+        ("0 2 * * 8", "day-of-week '8' is not valid; it takes 0-7 or sun-sat"),
+        ("0 2 * * funday", "day-of-week 'funday' is not valid"),
+        ("*/0 2 * * *", "minute '*/0' is not valid"),
         ("0 5-2 * * *", "hour range '5-2' runs backwards"),
+        # croniter's extensions, which neither cron nor scrontab reads
+        ("0 0 L * *", "day-of-month 'L' is not valid"),
+        ("0 0 * * mon#2", "day-of-week 'mon#2' is not valid"),
+        ("0 0 ? * *", "day-of-month '?' is not valid"),
+        ("H 2 * * *", "minute 'H' is not valid"),
     ],
 )
-def test_bad_cron_is_refused_in_one_line_naming_the_field(expression, message):
+def test_bad_cron_is_refused_in_one_line_naming_the_value(expression, message):
     with pytest.raises(ValueError) as error:
         schedule.parse_cron(expression)
     assert message in str(error.value) and "\n" not in str(error.value)
@@ -56,15 +80,34 @@ def test_bad_cron_is_refused_in_one_line_naming_the_field(expression, message):
 
 
 @pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("30 1 * * mon-fri", "scrontab reads a day-of-week name only alone, not 'mon-fri'"),
+        ("0 0 1 jan,jul *", "scrontab reads a month name only alone, not 'jan,jul'"),
+        ("*/1 * * * *", "scrontab refuses the minute step in '*/1' (a step is 2 or more)"),
+    ],
+)
+def test_what_cron_takes_but_scrontab_refuses_is_named(expression, message):
+    assert message in schedule.scrontab_problem(schedule.parse_cron(expression))
+
+
+def test_what_scrontab_takes_passes():
+    for expression in ("30 1 * * 1-5", "0 0 1 jan *", "*/15 * * * mon", "0 */2 * * *"):
+        assert schedule.scrontab_problem(schedule.parse_cron(expression)) is None
+
+
+@pytest.mark.parametrize(
     ("expression", "after", "expected"),
     [
         ("0 2 * * *", "2026-11-22 06:30", "2026-11-23 02:00"),
         ("0 2 * * *", "2026-11-22 01:59", "2026-11-22 02:00"),
+        ("0 2 * * *", "2026-11-22 01:59:30", "2026-11-22 02:00"),
         ("0 2 * * *", "2026-11-22 02:00", "2026-11-23 02:00"),  # strictly after
         ("30 1 * * mon-fri", "2026-11-21 12:00", "2026-11-23 01:30"),  # Sat → Mon
         ("0 0 1 * mon", "2026-11-24 00:00", "2026-11-30 00:00"),  # day OR weekday: Mon 30th
         ("0 0 29 2 *", "2026-03-01 00:00", "2028-02-29 00:00"),
         ("*/10 * * * *", "2026-12-31 23:55", "2027-01-01 00:00"),
+        ("0 0 * * 7", "2026-11-24 00:00", "2026-11-29 00:00"),  # 7 is Sunday too
     ],
 )
 def test_next_occurrence(expression, after, expected):
@@ -105,6 +148,8 @@ def test_job_command_runs_the_sweep_then_compares_against_the_baseline():
         f"batch=medium && .venv/bin/distbench compare --baseline {RUN_ID} --candidate latest"
     )
     assert "compare" not in schedule.job_command(project, "grid")
+    previous = schedule.job_command(project, "grid", baseline="previous")
+    assert previous.endswith(".venv/bin/distbench compare --baseline previous --candidate latest")
     with_uri = schedule.job_command(project, "grid", tracking_uri="http://mlflow:5000")
     assert with_uri.startswith("export MLFLOW_TRACKING_URI=http://mlflow:5000 && cd ")
 
@@ -112,7 +157,7 @@ def test_job_command_runs_the_sweep_then_compares_against_the_baseline():
 @pytest.mark.parametrize(
     ("overrides", "baseline", "uri", "message"),
     [
-        ([], "latest", None, "--baseline 'latest' is not an MLflow run id (32 hex digits)"),
+        ([], "latest", None, "--baseline 'latest' is not an MLflow run id (32 hex digits) or"),
         ([], None, "http://u:pw@mlflow:5000", "'http://u:***@mlflow:5000' has a password"),
         (["hydra.sweep.dir=x/%H"], None, None, "'%' in"),
         (["a=b\nc"], None, None, "newline"),
@@ -251,6 +296,10 @@ def test_with_scrontab_the_entry_is_installed_once_and_replaced_on_rerun(
     ("argv", "message"),
     [
         (["experiment=nightly", "--cron", "0 2 * *"], "distbench: schedule: cron '0 2 * *' has 4"),
+        (
+            ["experiment=nightly", "--cron", "@reboot"],
+            "distbench: schedule: cron '@reboot': @reboot",
+        ),
         (["experiment=nope", "--cron", "0 2 * * *"], "experiment=nope: no "),
         (["--cron", "0 2 * * *", "world_size=2"], "exactly one study as experiment=NAME"),
     ],
@@ -259,3 +308,23 @@ def test_bad_input_exits_2_in_one_line(project, capsys, argv, message):
     assert cli.main(["schedule", *argv, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_macro_schedules_as_written(project, capsys):
+    home, _, _ = project
+    argv = ["schedule", "experiment=nightly", "--cron", "@daily", "--baseline", "previous"]
+    assert cli.main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"@daily ( cd {home} && " in out
+    assert "compare --baseline previous --candidate latest" in out
+    assert "\n@daily cd " in out  # the scrontab block's entry
+    assert "sbatch --begin=" in out and "T00:00:00" in out  # the next midnight
+
+
+def test_what_scrontab_refuses_is_refused_before_installing(project, capsys, monkeypatch):
+    _, bin_dir, table = project
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert cli.main(["schedule", "experiment=nightly", "--cron", "30 1 * * mon-fri"]) == 2
+    err = capsys.readouterr().err
+    assert "scrontab reads a day-of-week name only alone, not 'mon-fri'" in err
+    assert len(err.strip().splitlines()) == 1 and not table.exists()

@@ -170,3 +170,29 @@ def test_tracking_server_config_points_at_a_uri_that_the_environment_overrides(
     assert resolve_tracking_uri(tracking, Path(tmp_path)) == "http://127.0.0.1:5000"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.team:8080")
     assert resolve_tracking_uri(tracking, Path(tmp_path)) == "http://mlflow.team:8080"
+
+
+def test_the_ui_runs_mlflow_ui_with_one_worker_and_no_job_runners():
+    plan = server.plan_ui("sqlite:////tmp/x/mlflow.db", port=5055, env={})
+    argv = plan.argv
+    assert argv[1:4] == ["-m", "mlflow", "ui"]
+    assert argv[argv.index("--workers") + 1] == "1"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--backend-store-uri") + 1] == "sqlite:////tmp/x/mlflow.db"
+    assert plan.env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    assert plan.health_url == "http://127.0.0.1:5055/health" and plan.artifacts is None
+    assert server.plan_ui("sqlite:///y.db", workers=3, env={}).argv[-1] == "3"
+
+
+def test_the_ui_says_where_mlflow_3_keeps_training_runs():
+    plan = server.plan_ui("sqlite:///y.db", env={})
+    lines = server.ui_lines(plan, "http://127.0.0.1:5000/#/experiments/1/runs")
+    assert lines[0].endswith("http://127.0.0.1:5000/#/experiments/1/runs") and "ready" in lines[0]
+    assert '"Model training"' in lines[1] and '"GenAI"' in lines[1]
+
+
+@pytest.mark.parametrize(("port", "workers"), [(0, 1), (5000, 0)])
+def test_the_ui_refuses_bad_ports_and_worker_counts_with_exit_2(port, workers, capsys):
+    argv = ["ui", "--tracking-uri", "sqlite:///never.db", "--port", str(port)]
+    assert cli.main([*argv, "--workers", str(workers)]) == 2
+    assert capsys.readouterr().err.startswith("distbench: ui: --")

@@ -6,9 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
+from distbench.orchestrator import run_name, swept_values
 from distbench.tracking.mlflow_store import ensure_experiment, flatten, log_child_run, ui_url
-from distbench.tracking.sweep import count_sweep_jobs, resolve_tracking_uri
+from distbench.tracking.parent import varied_params
+from distbench.tracking.sweep import count_sweep_jobs, num_sweep_jobs, resolve_tracking_uri
 
 pytestmark = pytest.mark.unit
 
@@ -40,6 +43,32 @@ def test_sweep_job_count_is_the_grid_product():
     assert count_sweep_jobs(["strategy=dp,tp,zero3", "world_size=2,4"], {}) == 6
     assert count_sweep_jobs(["model=tiny"], {"strategy": "dp,tp", "world_size": "2,4"}) == 4
     assert count_sweep_jobs(["world_size=2"], {"world_size": "2,4"}) == 1
+
+
+def test_a_sampling_sweeper_runs_its_trial_budget_not_its_choices():
+    params = {"batch.micro_batch_size": "choice(1, 2, 4, 8)"}
+    optuna = OmegaConf.create({"sweeper": {"n_trials": 3, "params": params}})
+    assert num_sweep_jobs(optuna, ["world_size=2"]) == 3
+    grid = OmegaConf.create({"sweeper": {"params": None}})
+    assert num_sweep_jobs(grid, ["strategy=dp,tp", "world_size=2,4"]) == 4
+
+
+def test_run_names_tell_a_sweeps_jobs_apart_by_their_swept_values_and_trial():
+    swept = list(
+        varied_params(
+            ["strategy=dp,zero1", "model=tiny,small", "world_size=2", "+db.password=a,b"],
+            {"batch.micro_batch_size": "choice(1, 2)", "+zero_optimization.bucket_size": "1,5"},
+        )
+    )
+    job = ["strategy=dp", "model=tiny", "world_size=2", "+db.password=a"]
+    job += ["batch.micro_batch_size=2", "+zero_optimization.bucket_size=5", "+x.bucket_size=7"]
+    values = swept_values(job, swept)  # strategy is in the name already; secrets are masked
+    assert values == ["model=tiny", "password=***", "micro_batch_size=2", "bucket_size=5"]
+    tags = {"workload": "train", "strategy": "dp", "world_size": "2", "zero_stage": "none"}
+    assert run_name(tags, None) == "dp-ws2"
+    assert run_name(tags, None, 3, ["micro_batch_size=2"]) == "dp-ws2-trial3 micro_batch_size=2"
+    shared = swept_values(["a.size=1", "b.size=2"], ["a.size", "b.size"])
+    assert shared == ["a.size=1", "b.size=2"]  # one leaf, two keys: named in full
 
 
 def test_child_run_lands_with_params_metrics_tags_artifacts(tmp_path):

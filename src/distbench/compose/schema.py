@@ -105,7 +105,10 @@ class HardwareConfig:
     peak_tflops_bf16: float | None = None
     peak_tflops_fp16: float | None = None
     mem_gib: float | None = None
-    interconnect_gbps: float | None = None
+    interconnect_gbps: float | None = None  # GB/s per device within a node (NVLink, PCIe)
+    # GB/s per device between nodes (its NIC: 400 Gb/s InfiniBand NDR = 50 GB/s); a collective
+    # whose group spans nodes runs at this rate (figures/analytic.py). None: one node only.
+    internode_gbytes_per_s: float | None = None
     devices_per_node: int | None = None  # None: not fixed (CPU: one rank per core)
     price_usd_per_hour: float = 0.0
     # catalog: the figures above (CPU: the cpuinfo estimate); measured: a timed GEMM on this
@@ -127,6 +130,9 @@ class TrackingConfig:
     uri: str | None = None
     experiment_name: str = "distbench"
     ui_port: int = 5000
+    # MLflow's system metrics (system/cpu_utilization_percentage, memory, GPU via pynvml) on each
+    # child run while its ranks run, sampled every this many seconds; 0 turns them off.
+    system_metrics_interval_s: float = 10.0
 
 
 @dataclass

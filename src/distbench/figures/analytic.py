@@ -7,17 +7,25 @@ compared with its prediction (`pred_vs_measured`). Bytes are per device unless n
     distbench plan model=llama3_8b world_size=8 hardware=h100_sxm     # uses predict/recommend
     python -c "from distbench.figures.analytic import *; print(zero_model_states_bytes(7e9, 8, 3))"
 
-What is modelled and what is not:
-- model states: the ZeRO paper's per-stage formulas; TP divides every tensor by tp (Megatron's
-  vocab-parallel embedding; norms are replicated in practice, a rounding error); PP keeps the
-  heaviest stage (its layers plus the input embedding or the LM head); offload moves what it
-  offloads to the host, except when the device *is* the host (CPU ranks).
-- ZeRO-3 gathers one weight at a time: its working set is the largest single weight matrix.
-- activations: Korthikanti et al. 2022 per micro-batch, times the micro-batches a pipeline
-  stage holds in flight (1F1B), plus the fp32 cross-entropy logits.
-- not modelled: DeepSpeed's communication buckets (5e6 elements here, ~20 MB), the CUDA
-  context and allocator fragmentation, temporary buffers of the optimizer step. On CPU the
-  measured peak is the process RSS: see `pred_vs_measured`.
+Every byte is named (`Memory.terms`) and has its source:
+- model states per engine and precision recipe (`engine_state_terms`): the ZeRO paper's
+  2 + 2 + 12 bytes/param (Rajbhandari et al. 2020) where the engine does that, and what torch
+  AdamW, DDP, FSDP2 and DeepSpeed's optimizers really allocate where they differ (DeepSpeed's
+  own `estimate_zero2/zero3_model_states_mem_needs` agree within 15 %: a test pins it). TP
+  divides the decoder layers by tp (DeepSpeed: everything; torch_tp replicates embedding and
+  head); PP keeps the heaviest stage; offload moves the optimizer states and fp32 gradients
+  (and parameters) to the host unless the device *is* the host (CPU ranks).
+- buffers from the run's own zero_optimization block (bucket sizes, ZeRO-3 live and
+  prefetched parameters), DDP's gradient buckets, FSDP2's gathered layers.
+- activations as HF's layers save them (`hf_activation_bytes_per_layer`, no s² term with
+  SDPA), times the micro-batches a pipeline stage holds, plus the loss's logits.
+- the peak is the resident terms + max(forward/backward activations, optimizer-step
+  temporaries); on CPU + the process runtime (CPU_RUNTIME_GIB); on GPU fitting also needs
+  the CUDA context (CUDA_CONTEXT_GIB) and fragmentation.
+- communication per group on its link: a group within a node on hardware.interconnect_gbps
+  (NVLink), one across nodes on hardware.internode_gbytes_per_s (the NIC per GPU).
+- not modelled: overlap of communication with compute (conf/ds_zero sets overlap_comm false),
+  activation checkpointing unless --recompute, kernels' own workspaces.
 """
 
 from __future__ import annotations
@@ -35,21 +43,26 @@ from distbench.figures.metrics import (
     train_flops_per_token,
 )
 from distbench.job import Job, Layout
+from distbench.precision import precision_tag
 from distbench.ranks.models import count_params
 
 GB = 1e9
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # Model FLOPs utilisation assumed for the compute term. GPU: 0.4, what well-tuned dense
-# transformer training reaches (Megatron-LM and PaLM report 40-55 % MFU). CPU: 0.1, measured
-# here (model=tiny strategy=dp world_size=2 batch=small fp32, gloo: mfu_pct 9.5): eager PyTorch
-# on one core per rank is far from the FMA peak. `distbench plan --efficiency` overrides.
-DEFAULT_EFFICIENCY = {"cuda": 0.4, "cpu": 0.1}
+# transformer training reaches (Megatron-LM and PaLM report 40-55 % MFU; one H100 measured
+# 21.7 % for llama_1b batch=medium, ../shared/gpu/README.md, 2026-11-23). CPU: 0.6, measured on
+# this project's 2-core host (2026-11-24, strategy=single batch=small fp32: tiny 65.6 % and
+# gpt2_124m with 2 layers 54.9 % of the cpuinfo peak); what the other strategies lose is
+# their communication. `distbench plan --efficiency` overrides.
+DEFAULT_EFFICIENCY = {"cuda": 0.4, "cpu": 0.6}
 # Per-collective latency (the α of the α-β model). NCCL: ~10 µs within a node (nccl-tests
 # small-message times); gloo over loopback TCP: ~100 µs.
 DEFAULT_LATENCY_S = {"cuda": 10e-6, "cpu": 100e-6}
 # Link between ranks when hardware.interconnect_gbps is unset: CPU ranks on one host talk
-# gloo over loopback TCP (a few GB/s).
-DEFAULT_CPU_INTERCONNECT_GBPS = 2.0
+# gloo over loopback TCP; the reduction runs on the same busy core, so the effective rate is
+# far below the socket's: 0.25 GB/s fits this host (2026-11-24, tiny ddp vs single at 2
+# ranks: 0.134 s more per step for a 28 MB ring all-reduce, 0.21 GB/s; fsdp 0.29 GB/s).
+DEFAULT_CPU_INTERCONNECT_GBPS = 0.25
 # Host link for offload (GB/s): PCIe 4.0 x16 is 32 GB/s raw, ~25 effective.
 HOST_LINK_GBPS = 25.0
 # CPU optimizer throughput for offload (parameters/s): torch AdamW (foreach off) on the host,
@@ -58,10 +71,23 @@ CPU_ADAM_PARAMS_PER_S = 2e8
 # Elements per DeepSpeed communication bucket (conf/ds_zero/*.yaml reduce_bucket_size).
 DEFAULT_BUCKET_ELEMENTS = 5_000_000
 # Process RSS of a CPU rank that is not model states or activations: the interpreter, torch,
-# transformers, DeepSpeed (0.37 GiB after the imports on this host) plus gloo, the engine and
-# allocator caches (init_mem_gib 0.52 of a dp tiny run whose parameters are 0.03 GiB). Added to
-# the predicted peak on CPU only: the measured CPU peak is VmHWM, the whole process.
-CPU_RUNTIME_OVERHEAD_GIB = 0.5
+# transformers, gloo, the engine, allocator caches; DeepSpeed adds its modules and its CPU
+# communication op. Measured on this host (2026-11-24, model=tiny batch=small fp32): the
+# init_mem_gib of single/ddp/fsdp runs is 0.40 GiB with 0.03 GiB of parameters, of a dp run
+# 0.53. Counted in the predicted peak on CPU only (`Memory.runtime`): the measured CPU peak is
+# VmHWM, the whole process; on a GPU the peak is CUDA max allocated, which has no runtime.
+CPU_RUNTIME_GIB = {"torch": 0.37, "deepspeed": 0.49}
+# What a CPU rank that communicates adds to its RSS during the steps beyond the buffers
+# modelled: gloo's per-collective copies, and DeepSpeed's shared-memory CPU communication
+# workspace. Fitted on this host (2026-11-24, benchmarks/plan_vs_measured.py, tiny and gpt2_2l
+# at 2 ranks: measured peak − prediction without it, 0.06-0.17 GiB torch, 0.10-0.29 DeepSpeed).
+CPU_COMM_RUNTIME_GIB = {"torch": 0.1, "deepspeed": 0.15}
+CPU_RUNTIME_OVERHEAD_GIB = CPU_RUNTIME_GIB["deepspeed"]
+# What CUDA max allocated does not show but a device must hold: the CUDA context and
+# cuBLAS/NCCL workspaces (~0.5-1 GiB on an H100) and the caching allocator's fragmentation.
+# Added when deciding whether a layout fits, not to pred_peak_mem_gib.
+CUDA_CONTEXT_GIB = 0.75
+ALLOCATOR_FRAGMENTATION = 0.05
 # Weight matrices per layer (what ZeRO-3 gathers one by one): Llama q, k, v, o, gate, up, down;
 # GPT-2 c_attn, attn c_proj, c_fc, mlp c_proj. Norms stay resident (persistence threshold).
 MATRICES_PER_LAYER = {"llama": 7, "gpt2": 4}
@@ -107,13 +133,171 @@ def zero_model_states_bytes(
         stage 2        2Ψ + (2 + K) Ψ/Nd        + gradients sharded
         stage 3        (2 + 2 + K) Ψ/Nd         + parameters sharded
 
-    With 7.5B params on 64 devices the paper gives 120, 31.4, 16.6 and 1.9 GB."""
+    With 7.5B params on 64 devices the paper gives 120, 31.4, 16.6 and 1.9 GB. The textbook
+    figure; what each engine really holds is `engine_state_terms`."""
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage={zero_stage}; choose 0, 1, 2 or 3")
     return {
         "params": state.param * num_params / (dp if zero_stage >= 3 else 1),
         "grads": state.grad * num_params / (dp if zero_stage >= 2 else 1),
         "optimizer": state.optimizer * num_params / (dp if zero_stage >= 1 else 1),
+    }
+
+
+NEVER = 4  # `sharded_from` of a buffer no ZeRO stage shards
+
+
+@dataclass(frozen=True)
+class StateTerm:
+    """One per-parameter buffer an engine allocates: its name, the Memory field it counts in
+    (params | grads | optimizer), bytes per parameter, the ZeRO stage from which it is split
+    over the dp ranks (NEVER: whole on every rank), and whether it exists only inside the
+    optimizer step (its bytes then compete with the activations for the peak, not add)."""
+
+    name: str
+    kind: str
+    bytes_per_param: int
+    sharded_from: int
+    step_only: bool = False
+
+
+def engine_state_terms(engine: str, dtype: str, precision: str, zero_stage: int) -> list[StateTerm]:
+    """What each engine really allocates per parameter, by precision recipe (precision.py).
+
+    torch (single, ddp, torch_tp/pp; fsdp with zero_stage=3): torch AdamW keeps exp_avg and
+    exp_avg_sq in the parameters' dtype (torch.optim.AdamW), gradients are the parameters'
+    dtype. fp32 / bf16-pure: w + w + 2w with w = 4 or 2 (16 or 8 B); bf16-mixed: fp32
+    weights, grads and states (16 B), plus the bf16 copies autocast makes of every weight,
+    which the backward keeps (torch.autocast's weight-cast cache; FSDP2 gathers bf16 instead,
+    counted with its gathered layers). DDP's reducer adds its flat gradient buckets, a second
+    copy of the gradients (DistributedDataParallel with gradient_as_bucket_view=False, the
+    default): counted here as `ddp_buckets` only when dp > 1 (`state_terms_for`).
+
+    deepspeed, fp32 (no bf16 block): ZeRO-0 is the client AdamW on fp32 weights (16 B);
+    ZeRO-1/2 (DeepSpeedZeroOptimizer) clone the fp32 partition as their master copy
+    (`single_partition_of_fp32_groups`), so 4 + 4 + (4 + 8)/Nd at stage 1 (gradients whole
+    until the boundary) and 4 + (4 + 4 + 8)/Nd at stage 2; ZeRO-3 likewise (4 + 4 + 4 + 8)/Nd.
+    deepspeed, bf16-mixed (DeepSpeed's bf16 block): bf16 weights and gradients, fp32 master,
+    exp_avg, exp_avg_sq, and an fp32 gradient: ZeRO-0 (DDP_BFLOAT16 wrapper) 2 + 2 + 12 = 16 B
+    during forward/backward and the fp32 gradients (4 B) made inside the step; ZeRO-1 runs
+    DeepSpeed's BF16_Optimizer with fp32 gradient accumulation (distbench's
+    grad_accum_dtype=fp32): a whole fp32 gradient buffer, master and states / Nd; ZeRO-2/3:
+    2 (stage 3: /Nd) + (2 + 4 + 4 + 8)/Nd, DeepSpeed's own count
+    (`estimate_zero2_model_states_mem_needs`: "2 = params_16bit, 18 = 2_grads_16bit +
+    4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit"), the fp32 gradient partition
+    made at the step (ZeRO-3: for the optimizer sub-group, `sub_group_size`)."""
+    w = DTYPE_BYTES[dtype]
+    mixed = dtype != "fp32" and precision == "mixed"
+    if engine == "torch":
+        if mixed:
+            return [
+                StateTerm("params_fp32", "params", 4, 3),
+                StateTerm("autocast_weight_copies_bf16", "params", w, 3),
+                StateTerm("grads_fp32", "grads", 4, 3),
+                StateTerm("adam_exp_avg_fp32", "optimizer", 4, 3),
+                StateTerm("adam_exp_avg_sq_fp32", "optimizer", 4, 3),
+            ]
+        return [
+            StateTerm(f"params_{dtype}", "params", w, 3),
+            StateTerm(f"grads_{dtype}", "grads", w, 3),
+            StateTerm(f"adam_exp_avg_{dtype}", "optimizer", w, 3),
+            StateTerm(f"adam_exp_avg_sq_{dtype}", "optimizer", w, 3),
+        ]
+    if engine != "deepspeed":
+        raise ValueError(f"engine={engine!r}; choose torch or deepspeed")
+    if not mixed:  # fp32
+        terms = [
+            StateTerm("params_fp32", "params", 4, 3),
+            StateTerm("grads_fp32", "grads", 4, 2),
+            StateTerm("adam_exp_avg_fp32", "optimizer", 4, 1),
+            StateTerm("adam_exp_avg_sq_fp32", "optimizer", 4, 1),
+        ]
+        if zero_stage >= 1:
+            terms.append(StateTerm("master_params_fp32", "optimizer", 4, 1))
+        return terms
+    terms = [
+        StateTerm(f"params_{dtype}", "params", w, 3),
+        StateTerm(f"grads_{dtype}", "grads", w, 2),
+        StateTerm("master_params_fp32", "optimizer", 4, 1),
+        StateTerm("adam_exp_avg_fp32", "optimizer", 4, 1),
+        StateTerm("adam_exp_avg_sq_fp32", "optimizer", 4, 1),
+    ]
+    if zero_stage == 0:
+        terms.append(StateTerm("grads_fp32_at_step", "grads", 4, NEVER, step_only=True))
+    elif zero_stage == 1:
+        terms.append(StateTerm("grads_fp32_accumulation", "grads", 4, NEVER))
+    else:
+        terms.append(StateTerm("grads_fp32_partition_at_step", "grads", 4, 1, step_only=True))
+    return terms
+
+
+def state_term_bytes(
+    terms: list[StateTerm], num_params: float, dp: int, zero_stage: int
+) -> dict[str, float]:
+    """Bytes per device of each term: bytes_per_param × Ψ, divided by dp from its stage on."""
+    return {
+        t.name: t.bytes_per_param * num_params / (dp if zero_stage >= t.sharded_from else 1)
+        for t in terms
+    }
+
+
+def deepspeed_buffer_bytes(
+    zero_block: dict[str, Any],
+    zero_stage: int,
+    shard_params: float,
+    *,
+    param_bytes: int,
+    grad_bytes: int,
+    comm_fp32: bool,
+    dp: int,
+    largest_matrix: float,
+) -> dict[str, float]:
+    """DeepSpeed's communication buffers and ZeRO-3's gathered parameters, from the run's own
+    zero_optimization block (DeepSpeed's defaults where a key is absent:
+    reduce_bucket_size / allgather_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
+    stage3_max_live_parameters 1e9; DeepSpeed docs, "ZeRO optimizations").
+
+    - reduce bucket (ZeRO-0..3): gradients are flattened into buckets of reduce_bucket_size
+      elements before each reduction, in communication_data_type (fp32 here under bf16), so
+      an fp32 copy of the bucket joins the bf16 one;
+    - all-gather bucket (ZeRO-1/2): the updated partitions are gathered allgather_bucket_size
+      elements at a time, in the parameters' dtype;
+    - ZeRO-3: the live gathered parameters (stage3_max_live_parameters caps them; within
+      stage3_max_reuse_distance a gathered weight is kept for its reuse in backward, so a small
+      model stays gathered whole) plus the prefetch bucket, and the largest single weight with
+      its gradient before the reduce-scatter (DeepSpeed's estimator counts 4 B × the largest
+      layer: bf16 weight + bf16 gradient).
+    A bucket never exceeds the parameters it holds."""
+    shard = max(shard_params, 1.0)
+    if dp == 1 and zero_stage < 3:
+        return {}
+    reduce = min(float(zero_block.get("reduce_bucket_size", 5e8)), shard)
+    out = {"reduce_bucket": reduce * (grad_bytes + (4 if comm_fp32 and grad_bytes != 4 else 0))}
+    if zero_stage in (1, 2):
+        gather = min(float(zero_block.get("allgather_bucket_size", 5e8)), shard)
+        out["allgather_bucket"] = gather * param_bytes
+    if zero_stage == 3:
+        live = min(float(zero_block.get("stage3_max_live_parameters", 1e9)), shard)
+        prefetch = min(float(zero_block.get("stage3_prefetch_bucket_size", 5e7)), shard)
+        out["zero3_live_params"] = max(live, largest_matrix) * param_bytes
+        out["zero3_prefetch_bucket"] = prefetch * param_bytes
+        out["zero3_largest_weight_grad"] = largest_matrix * grad_bytes
+    return out
+
+
+def fsdp_buffer_bytes(
+    split: ParamSplit, tp: int, *, compute_bytes: int, reduce_bytes: int
+) -> dict[str, float]:
+    """FSDP2's unsharded working set (torch.distributed.fsdp.fully_shard per decoder layer,
+    then the root): the root's parameters (embedding, final norm, LM head) stay gathered from
+    forward to backward (FSDP2 does not reshard the root after forward), plus the current and
+    the prefetched decoder layer, in the compute dtype (MixedPrecisionPolicy.param_dtype), and
+    the unsharded gradients of the largest group before its reduce-scatter (reduce_dtype)."""
+    root = (split.input_embedding + split.output_head) / tp
+    layer = split.per_layer / tp
+    return {
+        "fsdp_gathered_params": compute_bytes * (root + 2 * layer),
+        "fsdp_unsharded_grads": reduce_bytes * max(root, layer),
     }
 
 
@@ -140,10 +324,8 @@ def activation_bytes_per_layer(
 
     The 5·a·s/h term is the a·s² attention scores (softmax output, dropout mask and output);
     fused attention (`sdpa`'s flash / memory-efficient kernels) does not store it: pass
-    attention_scores_stored=False. fp32 training (dtype_bytes=4) doubles every term, which
-    slightly overstates the 1-byte dropout masks (3 of the 34 + 5as/h bytes): close enough,
-    and Llama has no dropout anyway. The formula is GPT-3's layer (4h GeLU MLP); a SwiGLU MLP
-    of intermediate size ≈ 8h/3 stores a similar amount."""
+    attention_scores_stored=False. fp32 training (dtype_bytes=4) doubles every term. The
+    textbook figure (GPT-3's layer); what HF's models save is `hf_activation_bytes_per_layer`."""
     s, b, h, a, t = seq_len, micro_batch_size, hidden_size, num_heads, tp
     scale = dtype_bytes / 2
     if recompute:
@@ -152,10 +334,62 @@ def activation_bytes_per_layer(
     return s * b * h * (10.0 + 24.0 / t + scores) * scale
 
 
+# Elements per token per layer that HF's decoder layers save for backward, outside the
+# attention scores, as (× hidden_size, × intermediate_size) and the part of the hidden-size
+# term TP does not split (the two norms' inputs and outputs). Counted from the saved tensors
+# (torch.autograd.graph.saved_tensors_hooks) of transformers' LlamaDecoderLayer and GPT2Block
+# in training mode without dropout, the way distbench builds them; Korthikanti's 34 bytes per
+# s·b·h (17 elements) assume GPT-3's layer. tests/unit/test_analytic_references.py measures
+# the real models and holds this within 10 %.
+HF_SAVED_ELEMENTS = {"llama": (9.0, 4.0, 4.0), "gpt2": (7.0, 5.0, 4.0)}
+
+
+def hf_activation_bytes_per_layer(
+    family: str,
+    seq_len: int,
+    micro_batch_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_heads: int,
+    *,
+    tp: int = 1,
+    dtype_bytes: int = 2,
+    attention_scores_stored: bool = False,
+    recompute: bool = False,
+) -> float:
+    """Bytes one HF decoder layer saves for backward per micro-batch:
+
+        dtype · s·b · (c_h·h + c_i·i)  (HF_SAVED_ELEMENTS; TP splits all but the norms)
+        + s·b·a·s · (dtype + 1) / t    with eager attention: the softmax output and the
+                                       (p = 0) dropout's 1-byte mask
+    SDPA's fused kernels keep only q, k, v, the output and the log-sum-exp: no s² term
+    (Dao et al. 2022, FlashAttention). Full recomputation keeps the layer input, 2·s·b·h
+    bytes in 16 bits (Korthikanti et al. 2022)."""
+    s, b = seq_len, micro_batch_size
+    if recompute:
+        return float(dtype_bytes * s * b * hidden_size)
+    c_h, c_i, replicated = HF_SAVED_ELEMENTS[family]
+    elements = (
+        replicated * hidden_size + ((c_h - replicated) * hidden_size + c_i * intermediate_size) / tp
+    )
+    scores = num_heads * s * (dtype_bytes + 1) / tp if attention_scores_stored else 0.0
+    return s * b * (dtype_bytes * elements + scores)
+
+
 def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int = 1) -> float:
     """The cross-entropy's fp32 logits: 4·s·b·v/t bytes (Korthikanti et al. 2022, section
-    4.3). A lower bound for transformers, which also keeps the 16-bit logits."""
+    4.3). A lower bound: see `loss_logits_bytes` for what the loss really holds."""
     return 4.0 * seq_len * micro_batch_size * vocab_size / tp
+
+
+def loss_logits_bytes(
+    seq_len: int, micro_batch_size: int, vocab_size: int, *, dtype_bytes: int, tp: int = 1
+) -> float:
+    """The logits at the loss's peak (start of backward): HF's ForCausalLMLoss upcasts the
+    logits to fp32 and cross_entropy saves its fp32 log-softmax (4 B each), whose fp32
+    gradient (4 B) and the gradient in the model's dtype exist together in backward:
+    s·b·v·(4 + 4 + dtype)/t. DeepSpeed AutoTP keeps the LM head whole (t = 1 then)."""
+    return seq_len * micro_batch_size * vocab_size * (8.0 + dtype_bytes) / tp
 
 
 @dataclass(frozen=True)
@@ -189,30 +423,45 @@ def param_split(model_cfg: ModelConfig) -> ParamSplit:
     )
 
 
-def params_per_model_shard(split: ParamSplit, tp: int, pp: int) -> float:
-    """Parameters one device holds before ZeRO: the heaviest pipeline stage, divided by tp."""
+def params_per_model_shard(
+    split: ParamSplit, tp: int, pp: int, *, outside_layers_whole: bool = False
+) -> float:
+    """Parameters one device holds before ZeRO: the heaviest pipeline stage, divided by tp
+    (Megatron's vocab-parallel embedding); with outside_layers_whole (torch_tp replicates the
+    embedding, final norm and LM head) only the decoder layers are divided."""
+    layers = split.num_layers / pp * split.per_layer
     if pp == 1:
-        return split.total / tp
-    stage = split.num_layers / pp * split.per_layer
-    return (stage + max(split.input_embedding, split.output_head)) / tp
+        outside = split.total - split.num_layers * split.per_layer
+    else:
+        outside = max(split.input_embedding, split.output_head)
+    return layers / tp + outside / (1 if outside_layers_whole else tp)
 
 
 @dataclass(frozen=True)
 class Memory:
-    """Predicted bytes per device; `host` is what offload keeps in host memory per device."""
+    """Predicted bytes per device, by term. The peak is the resident terms (params, grads,
+    optimizer, buffers, runtime) plus the larger of the forward/backward peak (activations)
+    and the optimizer step's temporaries (step_temp): they do not coexist. `host` is what
+    offload keeps in host memory per device; `terms` names every byte."""
 
     params: float
     grads: float
     optimizer: float
     activations: float
     host: float = 0.0
+    buffers: float = 0.0
+    step_temp: float = 0.0
+    runtime: float = 0.0
+    terms: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def total(self) -> float:
-        return self.params + self.grads + self.optimizer + self.activations
+        resident = self.params + self.grads + self.optimizer + self.buffers + self.runtime
+        return resident + max(self.activations, self.step_temp)
 
-    def as_dict(self) -> dict[str, float]:
-        return {**asdict(self), "total": self.total}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in asdict(self).items() if k != "terms"}
+        return {**out, "total": self.total}
 
 
 def memory_per_device(
@@ -231,40 +480,128 @@ def memory_per_device(
     device_is_host: bool = False,
     recompute: bool = False,
     attention_scores_stored: bool = True,
+    engine: str = "deepspeed",
+    precision: str = "mixed",
+    family: str = "llama",
+    intermediate_size: int | None = None,
+    data_parallel: str | None = None,
+    zero_block: dict[str, Any] | None = None,
+    runtime_bytes: float = 0.0,
+    tied_embeddings: bool = False,
 ) -> Memory:
-    """Model states (ZeRO formulas on this device's model shard) + activations.
+    """Every byte one device holds at its peak, by term (see `Memory`).
 
-    Offload (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity's CPU tier): the optimizer states
-    (and with offload_param the parameter shard) move to `host`, unless the device is the host.
-    ZeRO-3 adds its gathered working set (the largest weight, in the training dtype).
-    Activations: one micro-batch without pipelining; a 1F1B pipeline's first stage keeps
-    min(pp, micro-batches) in flight, each of its L/pp layers (Korthikanti et al. 2022, 4.2.3)."""
-    state = state_bytes_per_param(dtype)
-    shard = params_per_model_shard(split, layout.tp, layout.pp)
-    states = zero_model_states_bytes(shard, layout.dp, layout.zero_stage, state)
-    host = 0.0
-    if offload_optimizer and not device_is_host:
-        host += states["optimizer"]
-        states["optimizer"] = 0.0
-    if offload_param and not device_is_host:
-        host += states["params"]
-        states["params"] = 0.0
-    if layout.zero_stage == 3:
-        states["params"] += state.param * split.largest_matrix / layout.tp
-    per_layer = activation_bytes_per_layer(
+    Model states: `engine_state_terms` on this device's model shard (the heaviest pipeline
+    stage / tp). Buffers: DeepSpeed's buckets and ZeRO-3's gathered weights from the run's
+    zero_optimization block, DDP's gradient buckets, FSDP2's gathered layers. Offload
+    (ZeRO-Offload, Ren et al. 2021): the optimizer states, the fp32 gradient partition (and
+    with offload_param the parameter shard) move to `host`, unless the device is the host.
+    Activations: HF's saved tensors per layer (`hf_activation_bytes_per_layer`) for one
+    micro-batch, times the micro-batches a pipeline stage holds (1F1B: min(pp, m); torch_pp's
+    GPipe: all m), plus the loss's logits."""
+    inter = intermediate_size or 4 * hidden_size
+    stage = layout.zero_stage or 0
+    shard = params_per_model_shard(
+        split, layout.tp, layout.pp, outside_layers_whole=engine == "torch"
+    )
+    terms_spec = engine_state_terms(engine, dtype, precision, stage)
+    if data_parallel == "fsdp":  # FSDP2 casts by its MixedPrecisionPolicy, no autocast copies
+        terms_spec = [t for t in terms_spec if not t.name.startswith("autocast")]
+    by_term = state_term_bytes(terms_spec, shard, layout.dp, stage)
+    mixed = dtype != "fp32" and precision == "mixed"
+    w = DTYPE_BYTES[dtype]
+    weight_bytes = 4 if (mixed and engine == "torch") else w
+    sums = {"params": 0.0, "grads": 0.0, "optimizer": 0.0}
+    step_temp, host = 0.0, 0.0
+    offloaded_kinds = {"optimizer"} | ({"params"} if offload_param else set())
+    for term in terms_spec:
+        value = by_term[term.name]
+        if (
+            offload_optimizer
+            and not device_is_host
+            and (term.kind in offloaded_kinds or term.name.startswith("grads_fp32"))
+        ):
+            host += value
+            by_term[term.name] = 0.0
+            continue
+        if term.step_only:
+            step_temp += value
+        else:
+            sums[term.kind] += value
+    buffers: dict[str, float] = {}
+    if engine == "deepspeed":
+        buffers = deepspeed_buffer_bytes(
+            zero_block or {},
+            stage,
+            shard,
+            param_bytes=w,
+            grad_bytes=w,
+            comm_fp32=mixed,
+            dp=layout.dp,
+            largest_matrix=split.largest_matrix / layout.tp,
+        )
+    elif data_parallel == "fsdp" and layout.dp > 1:
+        buffers = fsdp_buffer_bytes(
+            split, layout.tp, compute_bytes=w, reduce_bytes=4 if mixed else w
+        )
+    elif layout.dp > 1:  # DDP's reducer buckets: a second copy of the gradients
+        buffers = {"ddp_buckets": weight_bytes * shard}
+    per_layer = hf_activation_bytes_per_layer(
+        family,
         seq_len,
         micro_batch_size,
         hidden_size,
+        inter,
         num_heads,
         tp=layout.tp,
-        recompute=recompute,
-        dtype_bytes=DTYPE_BYTES[dtype],
+        dtype_bytes=w,
         attention_scores_stored=attention_scores_stored,
+        recompute=recompute,
     )
-    in_flight = min(layout.pp, grad_accum_steps)
-    activations = per_layer * split.num_layers / layout.pp * in_flight
-    activations += logits_bytes(seq_len, micro_batch_size, vocab_size, layout.tp)
-    return Memory(activations=activations, host=host, **states)
+    torch_gpipe = engine == "torch" and layout.pp > 1
+    in_flight = grad_accum_steps if torch_gpipe else min(layout.pp, grad_accum_steps)
+    layer_acts = per_layer * split.num_layers / layout.pp * in_flight
+    # Both engines keep the LM head whole under TP (torch_tp replicates it, AutoTP too).
+    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size, dtype_bytes=w)
+    # Backward materialises a weight's gradient before accumulating it into .grad; a tied
+    # embedding gets two (from the LM head and from the lookup) at once.
+    transient = w * split.largest_matrix / layout.tp * (2 if tied_embeddings else 1)
+    terms = {
+        **{k: v for k, v in by_term.items() if v},
+        **buffers,
+        "activations_layers": layer_acts,
+        "activations_logits": logits,
+        "backward_grad_transient": transient,
+        "runtime": runtime_bytes,
+    }
+    return Memory(
+        activations=layer_acts + logits + transient,
+        host=host,
+        buffers=sum(buffers.values()),
+        step_temp=step_temp,
+        runtime=runtime_bytes,
+        terms=terms,
+        **sums,
+    )
+
+
+def deepspeed_host_bytes_per_node(
+    num_params: float,
+    ranks_per_node: int,
+    num_nodes: int,
+    *,
+    zero_stage: int,
+    offload_param: bool,
+    buffer_factor: float = 1.5,
+) -> float:
+    """Host RAM per node an offload run needs, DeepSpeed's own figure
+    (`estimate_zero2_model_states_mem_needs(cpu_offload=True)`: Ψ·max(4·N, 16)·1.5;
+    `estimate_zero3_model_states_mem_needs(cpu_offload=True, zero_init=True)`: 18Ψ/nodes·1.5
+    with the parameters offloaded, 16Ψ/nodes·1.5 without), 1.5 = additional_buffer_factor."""
+    total_devices = ranks_per_node * num_nodes
+    if zero_stage == 3:
+        return num_params * (18 if offload_param else 16) / num_nodes * buffer_factor
+    return num_params * max(4 * total_devices, 16) * buffer_factor
 
 
 # --------------------------------------------------------------------------- communication
@@ -356,6 +693,24 @@ def comm_time_s(
     return num_collectives * latency_s + num_bytes / (bandwidth_gbps * GB)
 
 
+def group_spans_nodes(group: str, layout: Layout, ranks_per_node: int) -> bool:
+    """Whether a dp, tp or pp group crosses a node boundary. Ranks are
+    arange(world).view(dp, pp, tp), tp fastest (engines/__init__.py): a tp group is tp
+    consecutive ranks, a pp group spans tp·pp ranks, a dp group the whole world; nodes hold
+    ranks_per_node consecutive ranks."""
+    size = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp}[group]
+    span = {"dp": layout.world_size, "tp": layout.tp, "pp": layout.tp * layout.pp}[group]
+    return size > 1 and span > ranks_per_node
+
+
+def hardware_internode_gbytes_per_s(hardware: Any) -> float | None:
+    """The inter-node link per device in GB/s (hardware.internode_gbytes_per_s), None if the
+    catalog entry has none. A ring whose group crosses nodes runs at its slowest link, this
+    one (Patarasuk & Yuan 2009: ring time is bounded by the slowest hop)."""
+    value = getattr(hardware, "internode_gbytes_per_s", None)
+    return None if value is None else float(value)
+
+
 # --------------------------------------------------------------------------- prediction
 
 
@@ -382,7 +737,14 @@ class Prediction:
     def fits(self) -> bool | None:
         if self.device_mem_bytes is None:
             return None
-        return self.mem.total <= self.device_mem_bytes
+        return self.mem_needed_bytes <= self.device_mem_bytes
+
+    @property
+    def mem_needed_bytes(self) -> float:
+        """The predicted peak plus, on a GPU, what CUDA max allocated does not show."""
+        if self.mem.runtime or self.device_mem_bytes is None:
+            return self.mem.total
+        return self.mem.total * (1 + ALLOCATOR_FRAGMENTATION) + CUDA_CONTEXT_GIB * GIB
 
     @property
     def comm_bytes_per_step(self) -> float:
@@ -396,6 +758,9 @@ class Prediction:
             "num_params": self.num_params,
             "mem_bytes": self.mem.as_dict(),
             "mem_gib": {k: v / GIB for k, v in self.mem.as_dict().items()},
+            "mem_terms_gib": {k: v / GIB for k, v in self.mem.terms.items()},
+            "mem_needed_gib": self.mem_needed_bytes / GIB,
+            "host_mem_gib_per_node": (self.assumptions.get("host_mem_bytes_per_node") or 0.0) / GIB,
             "device_mem_gib": None
             if self.device_mem_bytes is None
             else self.device_mem_bytes / GIB,
@@ -411,6 +776,12 @@ class Prediction:
             "cost_usd_per_1m_tokens": self.cost_usd_per_1m_tokens,
             "assumptions": self.assumptions,
         }
+
+
+def job_precision(job: Job) -> str:
+    """The job's recipe, `mixed` or `pure` (workload.precision; `mixed` when the workload has
+    none, the README's default)."""
+    return getattr(job.workload, "precision", None) or "mixed"
 
 
 def zero_equivalent_stage(job: Job) -> int:
@@ -451,10 +822,26 @@ def predict(
     split = param_split(model)
     s, b, m = batch.seq_len, batch.micro_batch_size, batch.grad_accum_steps
     h = model.hidden_size
-    state = state_bytes_per_param(dtype)
+    precision = job_precision(job)
+    mixed = dtype != "fp32" and precision == "mixed"
+    # Bytes of the gradients reduced and the parameters gathered: fp32 gradient reduction
+    # under bf16-mixed on both engines (communication_data_type / reduce_dtype).
+    state = StateBytes(
+        param=DTYPE_BYTES[dtype] if not (mixed and job.engine == "torch") else 4,
+        grad=4 if mixed or dtype == "fp32" else DTYPE_BYTES[dtype],
+        optimizer=0,
+    )
+    if mixed and job.engine == "torch" and strategy.data_parallel == "fsdp":
+        state = StateBytes(param=DTYPE_BYTES[dtype], grad=4, optimizer=0)  # gathers bf16
     act_bytes = DTYPE_BYTES[dtype]
     offload_optimizer = strategy.offload_optimizer != "none"
     offload_param = strategy.offload_param != "none"
+    runtime_gib = 0.0
+    if device_is_host:
+        runtime_gib = CPU_RUNTIME_GIB.get(job.engine, 0.0)
+        if layout.world_size > 1:
+            runtime_gib += CPU_COMM_RUNTIME_GIB.get(job.engine, 0.0)
+    eager = model.attn_implementation == "eager"
 
     mem = memory_per_device(
         split,
@@ -470,12 +857,32 @@ def predict(
         offload_param=offload_param,
         device_is_host=device_is_host,
         recompute=recompute,
-        attention_scores_stored=model.attn_implementation == "eager",
+        attention_scores_stored=eager,
+        engine=job.engine,
+        precision=precision,
+        family=model.family,
+        intermediate_size=model.intermediate_size,
+        data_parallel=strategy.data_parallel,
+        zero_block=job.zero_optimization,
+        runtime_bytes=runtime_gib * GIB,
+        tied_embeddings=model.tie_word_embeddings,
     )
     mem_gib = hardware.mem_gib
     device_mem_bytes = None if mem_gib is None else float(mem_gib) * GIB
+    ranks_per_node = job.topology.ranks_per_node
+    host_per_node = 0.0
+    if offload_optimizer and not device_is_host:
+        host_per_node = deepspeed_host_bytes_per_node(
+            split.total,
+            ranks_per_node,
+            job.topology.num_nodes,
+            zero_stage=layout.zero_stage,
+            offload_param=offload_param,
+        )
 
-    shard = params_per_model_shard(split, layout.tp, layout.pp)
+    shard = params_per_model_shard(
+        split, layout.tp, layout.pp, outside_layers_whole=job.engine == "torch"
+    )
     layers_local = split.num_layers / layout.pp
     comm = {
         "dp": dp_comm_bytes(
@@ -497,11 +904,12 @@ def predict(
     # Collectives per step: gradient buckets (reduce, plus the all-gather of updated params
     # for stage 1/2); ZeRO-3 all-gathers each weight matrix in forward and in backward.
     reductions = {0: 1, 1: 2, 2: m + 1, 3: m}[layout.zero_stage]
-    num_collectives = buckets * reductions
+    collectives = {"dp": float(buckets * reductions)}
     if layout.zero_stage == 3 and layout.dp > 1:
         gathered = MATRICES_PER_LAYER[model.family] * layers_local + 2  # + embedding, LM head
-        num_collectives += 2 * m * gathered
-    num_collectives += 4 * layers_local * m * (layout.tp > 1) + 2 * m * (layout.pp > 1)
+        collectives["dp"] += 2 * m * gathered
+    collectives["tp"] = 4 * layers_local * m * (layout.tp > 1)
+    collectives["pp"] = 2.0 * m * (layout.pp > 1)
 
     shard_dp = shard / layout.dp
     offload_bytes = 0.0
@@ -519,12 +927,21 @@ def predict(
     num_tokens = tokens_per_step(b, m, s, layout.dp)
     eff = efficiency if efficiency is not None else DEFAULT_EFFICIENCY.get(device, 0.4)
     bw = bandwidth_gbps or hardware.interconnect_gbps or DEFAULT_CPU_INTERCONNECT_GBPS
+    internode = hardware_internode_gbytes_per_s(hardware)
     alpha = latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(device, 10e-6)
+    spans = {g: group_spans_nodes(g, layout, ranks_per_node) for g in ("dp", "tp", "pp")}
+    link = {g: float(internode if spans[g] and internode else bw) for g in spans}
     assumptions = {
         "efficiency": eff,
         "bandwidth_gbps": float(bw),
+        "internode_gbytes_per_s": internode,
+        "ranks_per_node": ranks_per_node,
+        "num_nodes": job.topology.num_nodes,
+        "link_gbytes_per_s": link,
         "latency_s": alpha,
         "recompute": recompute,
+        "precision": precision_tag(dtype, precision),
+        "host_mem_bytes_per_node": host_per_node,
     }
 
     peak = getattr(hardware, f"peak_tflops_{dtype}")
@@ -536,7 +953,9 @@ def predict(
         time_s = {
             "compute": compute,
             "bubble": compute * (layout.pp - 1) / m,
-            "comm": comm_time_s(sum(comm.values()), bw, num_collectives, alpha),
+            "comm": sum(
+                comm_time_s(comm[g], link[g], collectives[g], alpha) for g in ("dp", "tp", "pp")
+            ),
             "offload": offload_s,
         }
         step = sum(time_s.values())
@@ -615,17 +1034,18 @@ def pred_vs_measured(job: Job, metrics: dict[str, float]) -> dict[str, float]:
     `mem_pred_rel_err` = (pred − measured)/measured against `peak_mem_gib`,
     `time_pred_rel_err` likewise against `step_time_s_p50` (each only when both exist).
 
-    On GPU the measured peak is CUDA max allocated: model states and activations, as
+    On GPU the measured peak is CUDA max allocated: model states, buffers and activations, as
     predicted. On CPU it is the process's peak RSS, which also holds the Python/torch/DeepSpeed
-    runtime (~0.3–0.5 GiB per process), so the CPU prediction adds CPU_RUNTIME_OVERHEAD_GIB.
-    On CPU the model also leaves the library defaults as assumptions (efficiency, loopback
-    bandwidth); the errors say how good they were."""
+    runtime, a term of the CPU prediction (`Memory.runtime`, CPU_RUNTIME_GIB). An offload run
+    also logs `pred_host_mem_gib`, the host RAM per node DeepSpeed's estimator asks for."""
     pred = predict(job)
-    overhead = CPU_RUNTIME_OVERHEAD_GIB if job.device == "cpu" else 0.0
     out = {
-        "pred_peak_mem_gib": pred.mem.total / GIB + overhead,
+        "pred_peak_mem_gib": pred.mem.total / GIB,
         "pred_comm_bytes_per_step": pred.comm_bytes_per_step,
     }
+    host = pred.assumptions.get("host_mem_bytes_per_node") or 0.0
+    if host:
+        out["pred_host_mem_gib"] = host / GIB
     if pred.step_time_s is not None:
         out["pred_step_time_s"] = pred.step_time_s
     if metrics.get("peak_mem_gib"):

@@ -126,6 +126,35 @@ def train_metrics(
     return out
 
 
+def step_figures(
+    *,
+    step_time_s: float,
+    num_tokens_per_step: int,
+    flops_per_token: float,
+    world_size: int,
+    peak_tflops_per_device: float | None,
+    peak_mem_bytes: int,
+    device_mem_gib: float | None,
+) -> dict[str, float]:
+    """The figures of one step, named as the run's metrics (a step line and its MLflow
+    series): throughput_tokens_per_s (and per device), tflops_per_device, mfu_pct where the
+    peak is known, peak_mem_gib (the peak so far) and peak_mem_pct of the device's memory
+    where known. Same formulas as train_metrics(), on one step's time instead of the p50."""
+    throughput = throughput_tokens_per_s(num_tokens_per_step, step_time_s)
+    per_device = tflops_per_device(tflops_total(flops_per_token, throughput), world_size)
+    out = {
+        "throughput_tokens_per_s": throughput,
+        "throughput_tokens_per_s_per_device": throughput / world_size,
+        "tflops_per_device": per_device,
+        "peak_mem_gib": bytes_to_gib(peak_mem_bytes),
+    }
+    if peak_tflops_per_device:
+        out["mfu_pct"] = mfu_pct(per_device, peak_tflops_per_device)
+    if device_mem_gib:
+        out["peak_mem_pct"] = 100.0 * bytes_to_gib(peak_mem_bytes) / device_mem_gib
+    return out
+
+
 MAX_MFU_PCT = 100.0
 
 

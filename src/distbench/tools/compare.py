@@ -31,6 +31,8 @@ as artifacts `compare/compare.md` and `compare/compare.csv`), and the candidate'
 tagged `distbench.compare_run_id` and `distbench.num_regressions`.
 
     distbench compare --baseline <parent run id> --candidate latest      # exit 1 on a regression
+    distbench compare --baseline previous     # the newest sweep against the one just before it
+    distbench compare --baseline multirun/2026-11-22/10-00-00 --candidate sweep-02-00-00
     distbench compare --baseline ID --candidate ID --threshold-pct 10 --metrics step_time_s_p50
 """
 
@@ -349,12 +351,15 @@ def samples_of(runs: Iterable[Any]) -> list[RunSample]:
     return samples
 
 
-def load_sweep(tracking_uri: str, sweep: str, experiment: str) -> tuple[Any, list[RunSample]]:
-    """(report.Selection, samples) of a sweep: a parent run id or "latest" (resolved as
-    `distbench report --sweep latest`). LookupError with a one-line reason otherwise."""
+def load_sweep(
+    tracking_uri: str, sweep: str, experiment: str, anchor: str | None = None
+) -> tuple[Any, list[RunSample]]:
+    """(report.Selection, samples) of a sweep named as `distbench report --sweep` takes it
+    (report.SWEEP_FORMS); "previous" is the sweep started just before `anchor` (the candidate's
+    parent run id). LookupError with a one-line reason otherwise."""
     from distbench.tools.report import load_runs
 
-    selection = load_runs(tracking_uri, sweep, experiment)
+    selection = load_runs(tracking_uri, sweep, experiment, anchor)
     return selection, samples_of(selection.runs)
 
 

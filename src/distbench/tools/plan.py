@@ -8,13 +8,20 @@ with analytic.predict. No process group is started and nothing is allocated.
     distbench plan model=llama3_8b world_size=8 hardware=h100_sxm
     distbench plan model=llama3_70b world_size=64 hardware=h100_sxm workload.dtype=bf16 --json
     distbench plan --strategies dp,zero3 hardware=auto
+    distbench plan --search model=llama3_70b world_size=64 hardware=h100_sxm batch=large
 
 `--json` prints one JSON list: one object per validated strategy (`strategy`, `world_size`,
 `dp`, `tp`, `pp`, `zero_stage`, `num_params`, `mem_bytes` {params, grads, optimizer,
 activations, host, total} per device, `fits`, `comm_bytes_per_step`, `step_time_s`,
 `tokens_per_s`, `cost_usd_per_1m_tokens`, `recommended`, ...), then one final object with
 `recommendation` (a strategy name, or null when nothing fits), `reason`, `refused`
-{strategy: reason} and the resolved `hardware`.
+{strategy: reason}, the resolved `hardware` and `warnings` (e.g. a ≥1B model planned with the
+CPU default batch=small).
+
+`--search` does not take the strategy files' degrees as given: from DeepSpeed's dp (ZeRO 0-3)
+and torch's ddp and fsdp it derives every (dp, tp, pp) of powers of two × micro-batch 1-8,
+resolves each as run.py would (refusals keep the engine's reason), predicts it, ranks those that
+fit by tokens/s and lists the rest by reason (`--json`: {ranked, refused, warnings}).
 """
 
 from __future__ import annotations
@@ -106,6 +113,7 @@ def make_plan(
     names = strategies or from_overrides or strategy_options(conf_dir)
 
     predictions, refused = [], {}
+    warnings: list[str] = []
     hardware: HardwareConfig | None = None
     title, dtype = "", "fp32"
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
@@ -140,6 +148,7 @@ def make_plan(
                     hardware = dataclasses.replace(hardware, mem_gib=mem_gib)
                 dtype = job.dtype
                 batch = job.batch
+                warnings += batch_warnings(job, overrides)
                 title = (
                     f"distbench plan: model={job.model.name} "
                     f"world_size={job.world_size} hardware={hardware.name} "
@@ -165,7 +174,30 @@ def make_plan(
         hardware=_hardware_dict(hardware),
         title=title or "distbench plan",
         dtype=dtype,
+        extra={"warnings": warnings},
     )
+
+
+# A model this large planned with the CPU-sized default batch says nothing about its training.
+LARGE_MODEL_PARAMS = 1e9
+
+
+def batch_warnings(job: Any, overrides: list[str]) -> list[str]:
+    """Warn when a ≥1B-parameter model is planned with batch=small (seq_len 128), the CPU
+    default, unless the user chose the batch: activations, communication per token and the
+    recommendation all depend on it."""
+    from distbench.ranks.models import count_params
+
+    chose_batch = any(o.split("=", 1)[0].lstrip("+").startswith("batch") for o in overrides)
+    num_params = count_params(job.model)["total"]
+    if num_params < LARGE_MODEL_PARAMS or chose_batch or job.batch.name != "small":
+        return []
+    return [
+        f"model={job.model.name} has {num_params / 1e9:.1f}B parameters but batch=small "
+        f"(micro_batch {job.batch.micro_batch_size}, seq_len {job.batch.seq_len}) is the CPU "
+        "default; plan with the batch you will train with, e.g. batch=medium or batch=large "
+        "(seq_len 2048)"
+    ]
 
 
 # HardwareConfig fields that resolving the figures fills in only when it has something to say
@@ -201,6 +233,7 @@ def plan_json(plan: Plan) -> list[dict[str, Any]]:
             "reason": plan.reason,
             "refused": plan.refused,
             "hardware": plan.hardware,
+            "warnings": plan.extra.get("warnings", []),
         }
     )
     return rows
@@ -220,6 +253,7 @@ def plan_table(plan: Plan) -> Any:
         "params",
         "grads",
         "optim",
+        "buffers",
         "activ",
         "total GiB",
         "fits",
@@ -238,7 +272,10 @@ def plan_table(plan: Plan) -> Any:
         table.add_row(
             name,
             f"{layout.dp}×{layout.tp}×{layout.pp} z{layout.zero_stage}",
-            *(f"{v / GIB:.2f}" for v in (mem.params, mem.grads, mem.optimizer, mem.activations)),
+            *(
+                f"{v / GIB:.2f}"
+                for v in (mem.params, mem.grads, mem.optimizer, mem.buffers, mem.activations)
+            ),
             f"{mem.total / GIB:.2f}",
             fits,
             f"{p.comm_bytes_per_step / 1e9:.3g}",
@@ -257,19 +294,194 @@ def print_plan(plan: Plan) -> None:
     hw = plan.hardware
     if plan.predictions:
         a = plan.predictions[0].assumptions
+        internode = a.get("internode_gbytes_per_s")
         console.print(
             f"per device: {hw.get('mem_gib') or 0:.1f} GiB, "
-            f"peak {hw.get(f'peak_tflops_{plan.dtype}') or 0:.3g} TFLOP/s {plan.dtype}, "
-            f"efficiency {a['efficiency']:.2f}, link {a['bandwidth_gbps']:g} GB/s, "
-            f"latency {a['latency_s'] * 1e6:g} µs per collective, "
-            f"activations {'recomputed' if a['recompute'] else 'stored'}; memory excludes "
+            f"peak {hw.get(f'peak_tflops_{plan.dtype}') or 0:.3g} TFLOP/s {plan.dtype} "
+            f"({a.get('precision', plan.dtype)}), efficiency {a['efficiency']:.2f}; "
+            f"{a.get('num_nodes', 1)} node(s) × {a.get('ranks_per_node', '?')} ranks, "
+            f"link {a['bandwidth_gbps']:g} GB/s within a node"
+            + (f", {internode:g} GB/s per device between nodes" if internode else "")
+            + f", latency {a['latency_s'] * 1e6:g} µs per collective, "
+            f"activations {'recomputed' if a['recompute'] else 'stored'}; total GiB is the "
             + (
-                "the ~0.5 GiB runtime of each process"
+                "process peak, its runtime included"
                 if hw.get("device") == "cpu"
-                else "DeepSpeed's buffers and the CUDA context"
+                else "CUDA max allocated; fits adds the CUDA context and 5 % fragmentation"
             ),
             highlight=False,
         )
+        for p in plan.predictions:
+            host = p.assumptions.get("host_mem_bytes_per_node") or 0.0
+            if host:
+                console.print(
+                    f"{p.strategy} needs {host / GIB:.1f} GiB of host RAM per node "
+                    "(DeepSpeed's estimator)",
+                    highlight=False,
+                )
+    for warning in plan.extra.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     for name, why in plan.refused.items():
         console.print(f"refused {name}: {why}", highlight=False)
     console.print(f"recommendation: {plan.reason}", highlight=False)
+
+
+# --------------------------------------------------------------------------- layout search
+
+# The base strategy each engine's layouts are derived from (degrees, ZeRO stage and micro
+# batch are then set on it): DeepSpeed's dp with zero_stage 0-3, torch's ddp and fsdp.
+SEARCH_BASES = (
+    ("deepspeed", "dp", (0, 1, 2, 3)),
+    ("torch", "ddp", (None,)),
+    ("torch", "fsdp", (None,)),
+)
+SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
+
+
+@dataclass
+class Search:
+    """Every (engine, dp, tp, pp, ZeRO stage, micro batch) tried: those that fit, ranked by
+    predicted tokens/s; the rest with their reason (the engine's refusal, or the memory)."""
+
+    ranked: list[tuple[str, Prediction]]
+    refused: dict[str, str]
+    title: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def _degrees(world_size: int) -> list[tuple[int, int]]:
+    """(tp, pp) pairs of powers of two whose product divides world_size."""
+    powers = [2**i for i in range(world_size.bit_length()) if world_size % 2**i == 0]
+    return [(tp, pp) for tp in powers for pp in powers if world_size % (tp * pp) == 0]
+
+
+def search_layouts(
+    overrides: list[str],
+    *,
+    micro_batches: tuple[int, ...] = SEARCH_MICRO_BATCHES,
+    efficiency: float | None = None,
+    recompute: bool = False,
+) -> Search:
+    """`distbench plan --search`: derive every layout the engines allow from SEARCH_BASES at
+    the overrides' world size, resolve each exactly as run.py would (refusals keep the
+    engine's one-line reason), predict it, and rank those that fit by tokens/s."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from distbench.compose.schema import ConfigError, register_configs
+    from distbench.job import resolve_job
+
+    home = project_dir()
+    conf_dir = home / "conf"
+    os.environ.setdefault("DISTBENCH_HOME", str(home))
+    register_configs()
+    overrides, _ = _split_strategy_override(list(overrides))
+    ranked: list[tuple[str, Prediction]] = []
+    refused: dict[str, str] = {}
+    warnings: list[str] = []
+    title = "distbench plan --search"
+    hardware: HardwareConfig | None = None
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        for engine, base, stages in SEARCH_BASES:
+            cfg = compose(config_name="config", overrides=[*overrides, f"strategy={base}"])
+            with open_dict(cfg):
+                cfg.pop("hydra", None)
+            for (tp, pp), stage, mb in (
+                (d, z, m) for d in _degrees(cfg.world_size) for z in stages for m in micro_batches
+            ):
+                dp = cfg.world_size // (tp * pp)
+                label = f"{base if engine == 'torch' else 'deepspeed'} dp{dp} tp{tp} pp{pp}"
+                label += f" z{stage} mb{mb}" if stage is not None else f" mb{mb}"
+                candidate = cfg.copy()
+                with open_dict(candidate):
+                    candidate.strategy.tp, candidate.strategy.pp = tp, pp
+                    candidate.strategy.dp = -1
+                    candidate.batch.micro_batch_size = mb
+                    if stage is not None:
+                        candidate.zero_stage = stage
+                try:
+                    job = resolve_job(candidate, conf_dir)
+                except ConfigError as exc:
+                    refused[label] = str(exc)
+                    continue
+                if hardware is None:
+                    hardware = job.hardware
+                    warnings = batch_warnings(job, overrides)
+                    title = (
+                        f"distbench plan --search: model={job.model.name} "
+                        f"world_size={job.world_size} hardware={hardware.name} "
+                        f"precision={job.precision} seq_len={job.batch.seq_len} "
+                        f"grad_accum={job.batch.grad_accum_steps}"
+                    )
+                p = predict(job, efficiency=efficiency, recompute=recompute)
+                if p.fits is False:
+                    refused[label] = (
+                        f"does not fit: {p.mem_needed_bytes / GIB:.1f} of "
+                        f"{p.device_mem_bytes / GIB:.1f} GiB per device"
+                    )
+                    continue
+                ranked.append((label, p))
+    ranked.sort(key=lambda item: -(item[1].tokens_per_s or 0.0))
+    return Search(ranked=ranked, refused=refused, title=title, warnings=warnings)
+
+
+def search_json(search: Search) -> dict[str, Any]:
+    """`--search --json`: {ranked: [{layout, engine, ...prediction}], refused: {layout: why}}."""
+    return {
+        "ranked": [{"layout": label, **p.as_dict()} for label, p in search.ranked],
+        "refused": search.refused,
+        "warnings": search.warnings,
+    }
+
+
+def print_search(search: Search, top: int = 15) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 140))
+    table = Table(title=search.title)
+    for header in ("#", "layout", "total GiB", "step s", "tokens/s", "comm GB/step", "$/1M tok"):
+        table.add_column(header, justify="left" if header == "layout" else "right")
+    for i, (label, p) in enumerate(search.ranked[:top], 1):
+        table.add_row(
+            str(i),
+            label,
+            f"{p.mem.total / GIB:.2f}",
+            _fmt(p.step_time_s, "{:.3g}"),
+            _fmt(p.tokens_per_s, "{:,.0f}"),
+            f"{p.comm_bytes_per_step / 1e9:.3g}",
+            _fmt(p.cost_usd_per_1m_tokens, "{:.4g}"),
+        )
+    console.print(table)
+    console.print(
+        f"{len(search.ranked)} layouts fit ({min(top, len(search.ranked))} shown), "
+        f"{len(search.refused)} refused:",
+        highlight=False,
+    )
+    by_reason: dict[str, list[str]] = {}
+    too_big: dict[str, list[float]] = {}
+    for label, why in search.refused.items():
+        if why.startswith("does not fit: "):
+            head = label.rpartition(" mb")[0]
+            too_big.setdefault(head, []).append(float(why.split()[3]))
+        else:
+            by_reason.setdefault(why, []).append(label)
+    if too_big:
+        memory = (
+            f"{head} ({min(v):.0f}-{max(v):.0f} GiB)" if len(v) > 1 else f"{head} ({v[0]:.0f} GiB)"
+            for head, v in too_big.items()
+        )
+        console.print(f"  does not fit in device memory: {'; '.join(memory)}", highlight=False)
+    for why, labels in by_reason.items():
+        console.print(f"  {why}: {'; '.join(_collapse_micro_batches(labels))}", highlight=False)
+    for warning in search.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+
+
+def _collapse_micro_batches(labels: list[str]) -> list[str]:
+    """`x mb1`, `x mb2`, ... refused for one reason → `x mb1,2,...` (order kept)."""
+    groups: dict[str, list[str]] = {}
+    for label in labels:
+        head, _, mb = label.partition(" mb")
+        groups.setdefault(head, []).append(mb)
+    return [f"{head} mb{','.join(mbs)}" for head, mbs in groups.items()]

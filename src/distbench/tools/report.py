@@ -2,22 +2,27 @@
 
 Pure functions turn a flat DataFrame of runs (one row per child run: `run_id`, `run_name`,
 `status`, the tags `strategy`, `world_size`, `zero_stage`, ... and every metric by its bare name)
-into pivot tables, the best configuration per metric, the throughput-vs-memory Pareto front,
-scaling efficiency and matplotlib figures; `load_runs` is the thin MLflow loader and
-`log_report` puts the folder back on the sweep's parent run. Runs without a metric (failed
-runs, gemm/collectives workloads) are kept as rows and skipped by what needs the metric.
+into the grid table (one row per run, linked to its MLflow run page), pivots, the best
+configuration per metric, the throughput-vs-memory Pareto front, scaling efficiency and
+matplotlib figures; `load_runs` is the thin MLflow loader and `log_report` puts the folder back on
+the sweep's parent run. Runs without a metric (failed runs, gemm/collectives workloads) are kept
+as rows and skipped by what needs the metric. report.html is self-contained (plots embedded as
+data URIs, rendered from templates/report.html.j2): MLflow's artifact viewer shows it in a
+sandboxed frame where relative image paths break.
 
     distbench report --sweep latest --out report/          # the most recent sweep
     distbench report --sweep <parent run id> --format csv --out report/
+    distbench report --sweep multirun/2026-11-22/10-00-00   # or its parent run's name, or previous
+    distbench report --ui-url http://127.0.0.1:5000     # absolute run links for a sqlite store
     python -c "from distbench.tools.report import *; print(best_per_metric(flat_table(load_runs( \
-        'sqlite:///mlflow.db', 'latest')[0])))"
+        'sqlite:///mlflow.db', 'latest').runs)))"
 """
 
 from __future__ import annotations
 
-import html
+import base64
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +67,13 @@ REPORT_ARTIFACT_DIR = "report"
 # --------------------------------------------------------------------------- loading
 
 
+SWEEP_FORMS = (
+    "'latest', 'previous' (the sweep started just before the candidate, or before the latest), "
+    "a sweep's parent run id or run name, or a sweep dir (multirun/DAY/TIME)"
+)
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # MLflow's run ids: uuid4 hex
+
+
 @dataclass
 class Selection:
     """What `load_runs` selected: the runs, the sweep's parent (None for a whole experiment)."""
@@ -70,6 +82,27 @@ class Selection:
     parent_run_id: str | None
     experiment_id: str
     title: str
+    sweep_dir: str | None = None  # the parent's distbench.sweep_dir tag: where its files are
+
+
+@dataclass(frozen=True)
+class Sweeps:
+    """An experiment's runs sorted into sweeps: each run's parent, the sweeps a resumed run
+    also belongs to (tag resumed_into.<id>), and the sweeps' parent runs (top-level runs that
+    own children), oldest first."""
+
+    parent_of: dict[str, str | None]
+    resumed_into: dict[str, set[str]]
+    owners: set[str]  # every run that owns another: the parents, nested ones too
+    parents: list[Any]
+
+    def children(self, runs: list[Any], parent_run_id: str) -> list[Any]:
+        return [
+            r
+            for r in runs
+            if self.parent_of.get(r.info.run_id) == parent_run_id
+            or parent_run_id in self.resumed_into.get(r.info.run_id, ())
+        ]
 
 
 def _all_runs(client: Any, experiment_id: str) -> list[Any]:
@@ -82,57 +115,155 @@ def _all_runs(client: Any, experiment_id: str) -> list[Any]:
             return runs
 
 
-def load_runs(tracking_uri: str, sweep: str | None, experiment: str = "distbench") -> Selection:
-    """The child runs of a sweep (`sweep` = a parent run id, or "latest": the most recent run
-    without `mlflow.parentRunId` that has children), or every non-parent run of the experiment
-    when `sweep` is None. Raises LookupError with a one-line reason when nothing matches."""
+def _started(run: Any) -> tuple[int, str]:
+    return run.info.start_time or 0, run.info.run_id
+
+
+def index_sweeps(runs: list[Any]) -> Sweeps:
+    """Which runs are sweeps' parents and whose runs each owns (a resumed sweep's parent also
+    owns the earlier runs it skipped)."""
+    parent_of = {r.info.run_id: r.data.tags.get("mlflow.parentRunId") for r in runs}
+    resumed_into = {
+        r.info.run_id: {k[len(RESUMED_INTO_TAG_PREFIX) :] for k in r.data.tags}
+        for r in runs
+        if any(k.startswith(RESUMED_INTO_TAG_PREFIX) for k in r.data.tags)
+    }
+    owners = {p for p in parent_of.values() if p} | set().union(*resumed_into.values())
+    parents = [r for r in runs if r.info.run_id in owners and not parent_of[r.info.run_id]]
+    return Sweeps(parent_of, resumed_into, owners, sorted(parents, key=_started))
+
+
+def read_sweep_dir(path: Path) -> tuple[set[str], str | None]:
+    """What a sweep dir records of its sweep, from its jobs' spooled runs (JOB/mlflow_run.json):
+    the parent run ids they name, and their experiment's name (None when none says)."""
+    import json
+
+    from distbench.tracking.spool import PAYLOAD
+
+    ids: set[str] = set()
+    experiment = None
+    for payload_path in sorted(path.glob(f"*/{PAYLOAD}")):
+        try:
+            payload = json.loads(payload_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # a truncated spool names nothing; `distbench sync` reports it
+        if isinstance(payload, dict):
+            ids |= {payload["parent_run_id"]} if payload.get("parent_run_id") else set()
+            experiment = experiment or payload.get("experiment_name")
+    return ids, experiment
+
+
+def pick_sweep(
+    parents: list[Any],
+    sweep: str,
+    experiment: str,
+    anchor: str | None = None,
+    sweep_dir: str | None = None,
+    recorded: set[str] | frozenset[str] = frozenset(),
+) -> str:
+    """The parent run id that `sweep` names among an experiment's sweep parents (oldest
+    first): "latest" the newest; "previous" the one started just before `anchor` (default: the
+    newest); with `sweep_dir` (a resolved path) the newest whose distbench.sweep_dir tag is it,
+    else the newest of the ids the dir's spooled runs `recorded`; else the one with that run
+    name. LookupError, one line naming the value and what is allowed, otherwise."""
+    from distbench.tracking.spool import SWEEP_DIR_TAG
+
+    where = f"in experiment {experiment!r}"
+    if not parents:
+        raise LookupError(f"no sweep (a parent run with children) {where}")
+    if sweep == "latest":
+        return parents[-1].info.run_id
+    if sweep == "previous":
+        anchor = anchor or parents[-1].info.run_id
+        ids = [r.info.run_id for r in parents]
+        if anchor not in ids:
+            raise LookupError(f"run {anchor} is not a sweep's parent run {where}")
+        if ids.index(anchor) == 0:
+            raise LookupError(f"no sweep started before sweep {anchor} {where}")
+        return ids[ids.index(anchor) - 1]
+    if sweep_dir is not None:
+        tagged = [r for r in parents if r.data.tags.get(SWEEP_DIR_TAG) == sweep_dir]
+        tagged = tagged or [r for r in parents if r.info.run_id in recorded]
+        if not tagged:
+            raise LookupError(
+                f"no sweep of {sweep_dir} {where} (no parent run tagged {SWEEP_DIR_TAG} with "
+                "it, nor named by its spooled runs); upload it with: distbench sync DIR"
+            )
+        return tagged[-1].info.run_id
+    named = [r.info.run_id for r in parents if r.info.run_name == sweep]
+    if len(named) > 1:
+        raise LookupError(
+            f"{len(named)} sweeps {where} are named {sweep!r} ({', '.join(named)}); give a run id"
+        )
+    if not named:
+        raise LookupError(f"no sweep {sweep!r} {where}; give {SWEEP_FORMS}")
+    return named[0]
+
+
+def sweep_path(sweep: str | None) -> Path | None:
+    """The sweep dir that `sweep` names, resolved, or None when it names no directory.
+    LookupError when it looks like a path (has a '/') but no such directory exists."""
+    if not sweep or sweep in ("latest", "previous") or RUN_ID.match(sweep):
+        return None
+    path = Path(sweep).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if "/" in sweep:
+        raise LookupError(f"no such sweep dir {sweep!r}; give {SWEEP_FORMS}")
+    return None
+
+
+def load_runs(
+    tracking_uri: str, sweep: str | None, experiment: str = "distbench", anchor: str | None = None
+) -> Selection:
+    """The child runs of the sweep that `sweep` names (see SWEEP_FORMS and pick_sweep; a run id
+    may be in any experiment, the other forms are looked up in `experiment`, or in the one a
+    sweep dir's runs name, or in `anchor`'s for "previous"), or every non-parent run of the
+    experiment when `sweep` is None. Raises LookupError with a one-line reason when nothing
+    matches."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri)
-    if sweep and sweep != "latest":
-        from mlflow.exceptions import MlflowException
+    from distbench.tracking.spool import SWEEP_DIR_TAG
 
+    client = MlflowClient(tracking_uri)
+    path = sweep_path(sweep)
+    recorded, named_in_dir = read_sweep_dir(path) if path else (set(), None)
+    experiment = named_in_dir or experiment
+    by_id = sweep if sweep and RUN_ID.match(sweep) else (anchor if sweep == "previous" else None)
+    if by_id:
         try:
-            experiment_id = client.get_run(sweep).info.experiment_id
+            experiment_id = client.get_run(by_id).info.experiment_id
         except MlflowException as exc:
-            raise LookupError(f"no run {sweep!r} in {tracking_uri}") from exc
+            raise LookupError(f"no run {by_id!r} in {tracking_uri}") from exc
+        experiment = client.get_experiment(experiment_id).name
     else:
         found = client.get_experiment_by_name(experiment)
         if found is None:
             raise LookupError(f"no experiment {experiment!r} in {tracking_uri}")
         experiment_id = found.experiment_id
     runs = _all_runs(client, experiment_id)
-    parent_of = {r.info.run_id: r.data.tags.get("mlflow.parentRunId") for r in runs}
-    # A resumed sweep's parent also owns the earlier runs it skipped (tagged resumed_into.<id>).
-    resumed_into = {
-        r.info.run_id: {k[len(RESUMED_INTO_TAG_PREFIX) :] for k in r.data.tags}
-        for r in runs
-        if any(k.startswith(RESUMED_INTO_TAG_PREFIX) for k in r.data.tags)
-    }
-    parents = {p for p in parent_of.values() if p} | set().union(*resumed_into.values())
+    sweeps = index_sweeps(runs)
     if sweep is None:
         children = [  # every job's run; `distbench compare` runs are not jobs
             r
             for r in runs
-            if r.info.run_id not in parents and r.data.tags.get("distbench.kind") != "compare"
+            if r.info.run_id not in sweeps.owners and r.data.tags.get("distbench.kind") != "compare"
         ]
-        name = client.get_experiment(experiment_id).name
-        return Selection(children, None, experiment_id, f"experiment {name}")
-    if sweep == "latest":
-        candidates = [r for r in runs if r.info.run_id in parents and not parent_of[r.info.run_id]]
-        if not candidates:
-            raise LookupError(f"no sweep (a parent run with children) in experiment {experiment!r}")
-        sweep = max(candidates, key=lambda r: r.info.start_time).info.run_id
-    parent = client.get_run(sweep)
-    children = [
-        r
-        for r in runs
-        if parent_of[r.info.run_id] == sweep or sweep in resumed_into.get(r.info.run_id, ())
-    ]
+        return Selection(children, None, experiment_id, f"experiment {experiment}")
+    if RUN_ID.match(sweep):
+        parent_run_id = sweep
+    else:
+        where = str(path) if path else None
+        parent_run_id = pick_sweep(sweeps.parents, sweep, experiment, anchor, where, recorded)
+    parent = client.get_run(parent_run_id)
+    children = sweeps.children(runs, parent_run_id)
     if not children:
-        raise LookupError(f"run {sweep} has no child runs: not a sweep's parent run")
-    title = f"sweep {parent.info.run_name} ({sweep})"
-    return Selection(children, sweep, experiment_id, title)
+        raise LookupError(f"run {parent_run_id} has no child runs: not a sweep's parent run")
+    title = f"sweep {parent.info.run_name} ({parent_run_id})"
+    return Selection(
+        children, parent_run_id, experiment_id, title, parent.data.tags.get(SWEEP_DIR_TAG)
+    )
 
 
 def flat_table(runs: list[Any]) -> pd.DataFrame:
@@ -192,6 +323,49 @@ def pivot(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     table.columns = [int(c) for c in table.columns]
     table.index.name, table.columns.name = "strategy", "world_size"
     return table
+
+
+GRID_KEYS = ("run_name", "strategy", "world_size", "zero_stage", "status", "failure_kind")
+
+
+def grid_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The whole grid in one table: one row per run (failed ones too), its configuration and
+    every headline metric some finished run has (raw values; the run order of flat_table).
+    `run_id` is kept last, for the link to the run."""
+    keys = [c for c in GRID_KEYS if c in df]
+    metrics = [m for m, _, _ in HEADLINE_METRICS if m in df and finished(df)[m].notna().any()]
+    return df[keys + metrics + (["run_id"] if "run_id" in df else [])].reset_index(drop=True)
+
+
+def best_rows(grid: pd.DataFrame) -> dict[str, int]:
+    """For each headline metric column of `grid`: the row index of its best finished run."""
+    done = finished(grid)
+    best = {}
+    for metric, goal, _ in HEADLINE_METRICS:
+        if metric in done and done[metric].notna().any():
+            values = done[metric].dropna()
+            best[metric] = int(values.idxmin() if goal == "min" else values.idxmax())
+    return best
+
+
+def run_link(experiment_id: str, run_id: str, ui_base: str | None = None) -> str:
+    """The MLflow UI page of a run (`#/experiments/<id>/runs/<run_id>`, as ui_url builds the
+    experiment's): absolute against `ui_base` (a tracking server or a `distbench ui` URL),
+    relative to the UI's root when no UI is known."""
+    fragment = f"#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{ui_base.rstrip('/')}/{fragment}" if ui_base else fragment
+
+
+def ui_base_url(tracking_uri: str, ui_url: str | None = None) -> str | None:
+    """The UI that run links point at: `ui_url` when given, else the tracking server itself
+    (http/https URIs serve their UI), else None (sqlite: no server known)."""
+    from distbench.tracking.secrets_mask import mask_text
+
+    if ui_url:
+        return ui_url.rstrip("/")
+    if tracking_uri.startswith(("http://", "https://")):
+        return mask_text(tracking_uri.rstrip("/"))
+    return None
 
 
 def best_per_metric(df: pd.DataFrame) -> pd.DataFrame:
@@ -255,6 +429,12 @@ def scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
     per["efficiency"] = per["throughput_per_device"] / base
     per["world_size"] = per["world_size"].astype(int)
     return per.reset_index(drop=True)
+
+
+def scales(eff: pd.DataFrame) -> bool:
+    """Whether a scaling_efficiency table compares anything: some configuration ran at two or
+    more world sizes (else every efficiency is 1.0 by definition)."""
+    return bool(len(eff)) and bool((eff.groupby("label")["world_size"].nunique() > 1).any())
 
 
 def failed_runs(df: pd.DataFrame) -> pd.DataFrame:
@@ -398,9 +578,10 @@ def plot_cost(df: pd.DataFrame, path: Path) -> Path | None:
 
 
 def plot_scaling(df: pd.DataFrame, path: Path) -> Path | None:
-    """Scaling efficiency vs world size per strategy (1.0 = linear)."""
+    """Scaling efficiency vs world size per strategy (1.0 = linear); None when no configuration
+    ran at two world sizes (a flat line at 1.0 says nothing)."""
     eff = scaling_efficiency(df)
-    if eff.empty:
+    if not scales(eff):
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -456,77 +637,167 @@ def verdict_lines(best: pd.DataFrame) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One table cell as the documents show it: formatted text, a link, best of its column."""
+
+    text: str
+    href: str | None = None
+    best: bool = False
+
+
+@dataclass(frozen=True)
+class TableView:
+    """A table ready for a document: column headers and rows of cells (no pandas in templates)."""
+
+    columns: list[str]
+    rows: list[list[Cell]]
+
+
+METRIC_LABELS = {metric: label for metric, _, label in HEADLINE_METRICS}
+
+
+def table_view(df: pd.DataFrame) -> TableView:
+    """A DataFrame as a TableView: every value through _fmt ('-' when missing)."""
+    rows = [[Cell(_fmt(v)) for v in row] for row in df.itertuples(index=False)]
+    return TableView([str(c) for c in df.columns], rows)
+
+
+def grid_view(
+    grid: pd.DataFrame, experiment_id: str | None = None, ui_base: str | None = None
+) -> TableView:
+    """grid_table as a TableView: the run name links its MLflow run (when the experiment is
+    known), metric columns carry their label with unit, each column's best finished run is
+    marked."""
+    best = best_rows(grid)
+    shown = [c for c in grid.columns if c != "run_id"]
+    rows = []
+    for i, row in grid.iterrows():
+        cells = []
+        for col in shown:
+            href = None
+            if col == "run_name" and experiment_id and isinstance(row.get("run_id"), str):
+                href = run_link(experiment_id, row["run_id"], ui_base)
+            cells.append(Cell(_fmt(row[col]), href, best.get(col) == i))
+        rows.append(cells)
+    columns = ["run" if c == "run_name" else METRIC_LABELS.get(c, c) for c in shown]
+    return TableView(columns, rows)
+
+
+def markdown_view(view: TableView) -> str:
+    """A TableView as a GitHub markdown table: links as [text](href), best values in bold."""
+    if not view.rows:
+        return "_none_\n"
+
+    def cell(c: Cell) -> str:
+        text = f"[{c.text}]({c.href})" if c.href else c.text
+        return f"**{text}**" if c.best else text
+
+    lines = ["| " + " | ".join(view.columns) + " |", "|" + "---|" * len(view.columns)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in view.rows]
+    return "\n".join(lines) + "\n"
+
+
 @dataclass
 class Sections:
     title: str
     best: pd.DataFrame
-    pivots: list[tuple[str, pd.DataFrame]]
+    grid: pd.DataFrame
     failed: pd.DataFrame
     pred: pd.DataFrame
-    scaling: pd.DataFrame
+    scaling: pd.DataFrame  # empty unless some configuration ran at two or more world sizes
     plots: list[Path]
     num_runs: int
     num_finished: int
+    experiment_id: str | None = None  # for the links to each run's MLflow page
+    ui_base: str | None = None  # the UI those links point at; None: relative links
+    views: dict[str, TableView] = field(default_factory=dict)
 
 
-def build_sections(df: pd.DataFrame, out_dir: Path, title: str) -> Sections:
-    pivots = [(label, pivot(df, m)) for m, _, label in HEADLINE_METRICS]
+def build_sections(
+    df: pd.DataFrame,
+    out_dir: Path,
+    title: str,
+    experiment_id: str | None = None,
+    ui_base: str | None = None,
+) -> Sections:
     plots = [fn(df, out_dir / name) for name, fn in PLOTS]
-    return Sections(
+    scaling = scaling_efficiency(df)
+    sections = Sections(
         title=title,
         best=best_per_metric(df),
-        pivots=[(label, t) for label, t in pivots if not t.empty],
+        grid=grid_table(df),
         failed=failed_runs(df),
         pred=pred_vs_measured(df),
-        scaling=scaling_efficiency(df),
+        scaling=scaling if scales(scaling) else scaling.iloc[0:0],
         plots=[p for p in plots if p is not None],
         num_runs=len(df),
         num_finished=len(finished(df)),
+        experiment_id=experiment_id,
+        ui_base=ui_base,
     )
+    sections.views = {
+        "grid": grid_view(sections.grid, experiment_id, ui_base),
+        "failed": table_view(sections.failed),
+        "pred": table_view(sections.pred),
+        "scaling": table_view(sections.scaling),
+    }
+    return sections
+
+
+NO_SCALING = "no configuration ran at two or more world sizes"
 
 
 def render_markdown(s: Sections) -> str:
+    views = s.views
     parts = [
         f"# distbench report: {s.title}\n",
         f"{s.num_runs} runs, {s.num_finished} finished.\n",
         "## Best configuration per metric\n",
         "\n".join(f"- {line}" for line in verdict_lines(s.best)) or "_no finished run_",
         "",
+        "## Runs\n",
+        markdown_view(views["grid"]),
+        "## Failed runs\n",
+        markdown_view(views["failed"]),
+        "## Predicted vs measured\n",
+        markdown_view(views["pred"]),
+        "## Scaling efficiency\n",
+        markdown_view(views["scaling"]) if views["scaling"].rows else f"_{NO_SCALING}_\n",
     ]
-    for label, table in s.pivots:
-        parts += [f"## {label}\n", markdown_table(table, index=True)]
-    parts += ["## Failed runs\n", markdown_table(s.failed)]
-    parts += ["## Predicted vs measured\n", markdown_table(s.pred)]
-    parts += ["## Scaling efficiency\n", markdown_table(s.scaling)]
     parts += ["## Plots\n"] + [f"![{p.stem}]({p.name})\n" for p in s.plots]
     return "\n".join(parts)
 
 
-def _html_table(df: pd.DataFrame, index: bool = False) -> str:
-    if df.empty:
-        return "<p><em>none</em></p>"
-    return df.to_html(index=index, na_rep="-", float_format=lambda v: f"{v:.4g}", border=0)
+def data_uri(path: Path) -> str:
+    """A PNG as a data: URI, so that the page needs no file beside it."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def _template(name: str) -> Any:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("distbench.tools", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template(name)
 
 
 def render_html(s: Sections) -> str:
-    esc = html.escape
-    body = [f"<h1>distbench report: {esc(s.title)}</h1>", "<h2>Best configuration per metric</h2>"]
-    body.append("<ul>" + "".join(f"<li>{esc(x)}</li>" for x in verdict_lines(s.best)) + "</ul>")
-    for label, table in s.pivots:
-        body += [f"<h2>{esc(label)}</h2>", _html_table(table, index=True)]
-    body += ["<h2>Failed runs</h2>", _html_table(s.failed)]
-    body += ["<h2>Predicted vs measured</h2>", _html_table(s.pred)]
-    body += ["<h2>Scaling efficiency</h2>", _html_table(s.scaling)]
-    body += ["<h2>Plots</h2>"] + [
-        f'<p><img src="{esc(p.name)}" alt="{p.stem}"></p>' for p in s.plots
-    ]
-    style = (
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}"
-    )
-    return (
-        f'<!doctype html><html><head><meta charset="utf-8"><title>{esc(s.title)}</title>'
-        f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+    """The self-contained report page (templates/report.html.j2): plots embedded."""
+    return _template("report.html.j2").render(
+        title=s.title,
+        num_runs=s.num_runs,
+        num_finished=s.num_finished,
+        verdict=verdict_lines(s.best),
+        views=s.views,
+        no_scaling=NO_SCALING,
+        relative_links=s.experiment_id is not None and s.ui_base is None,
+        plots=[{"name": p.stem, "src": data_uri(p)} for p in s.plots],
     )
 
 
@@ -537,10 +808,17 @@ def write_csv(df: pd.DataFrame, out_dir: Path) -> Path:
     return path
 
 
-def write_report(df: pd.DataFrame, out_dir: Path, title: str) -> tuple[list[Path], Sections]:
-    """report.md, report.html, runs.csv and the PNG plots in out_dir; returns the files."""
+def write_report(
+    df: pd.DataFrame,
+    out_dir: Path,
+    title: str,
+    experiment_id: str | None = None,
+    ui_base: str | None = None,
+) -> tuple[list[Path], Sections]:
+    """report.md, report.html, runs.csv and the PNG plots in out_dir; returns the files. Run
+    names link their MLflow run page when `experiment_id` is given (see run_link)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    sections = build_sections(df, out_dir, title)
+    sections = build_sections(df, out_dir, title, experiment_id, ui_base)
     md, page = out_dir / "report.md", out_dir / "report.html"
     md.write_text(render_markdown(sections))
     page.write_text(render_html(sections))

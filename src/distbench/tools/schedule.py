@@ -4,9 +4,11 @@
 With `scrontab` (Slurm's crontab) on PATH it installs the entry into the user's scrontab, in a
 block between two marker comments named after the schedule, so running it again replaces that
 block and leaves every other line alone. Without scrontab, or with --dry-run, it prints the
-crontab line and the one-shot `sbatch --begin=...` for the next occurrence instead.
+crontab line and the one-shot `sbatch --begin=...` for the next occurrence instead. The schedule
+is checked, and its next run found, with croniter, within what both cron and scrontab read.
 
     distbench schedule experiment=strategy_grid --cron "0 2 * * *" --dry-run
+    distbench schedule experiment=strategy_grid --cron @daily --baseline previous
     distbench schedule experiment=zero_stages --cron "30 1 * * 1-5" world_size=4 \\
         --baseline 0123456789abcdef0123456789abcdef --slurm-option=--gres=gpu:4
     python -c "from distbench.tools.schedule import parse_cron; print(parse_cron('0 2 * * *'))"
@@ -22,22 +24,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from croniter import CroniterBadDateError, croniter
+
 from distbench.tracking.secrets_mask import mask_text
 
-FIELDS = (  # name, lowest, highest, names
-    ("minute", 0, 59, ()),
-    ("hour", 0, 23, ()),
-    ("day-of-month", 1, 31, ()),
-    (
-        "month",
-        1,
-        12,
-        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
-    ),
-    ("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+# name, what it takes: the five fields that cron and Slurm's scrontab both read
+FIELDS = (
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31"),
+    ("month", "1-12 or jan-dec"),
+    ("day-of-week", "0-7 or sun-sat (0 and 7 are Sunday)"),
 )
-CRON_HELP = "5 fields: minute hour day-of-month month day-of-week, e.g. '0 2 * * *'"
-SEARCH_DAYS = 366 * 8 + 2  # 29 February comes at least once in 8 years
+# What both cron and scrontab (Slurm's src/scrontab/parse.c, cronspec_to_bitstring) take in
+# place of the five fields. @reboot is cron's only other one: scrontab refuses it.
+MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+CRON_HELP = (
+    "5 fields: minute hour day-of-month month day-of-week, e.g. '0 2 * * *', or one of "
+    + ", ".join(MACROS)
+)
+# Per field: numbers, '*', ',', '-', '/' (and 3-letter names in month and day-of-week). What
+# croniter also reads (L, W, #, ?, H, seconds, years) neither cron nor scrontab does.
+PORTABLE = re.compile(r"^[0-9*,/-]+$")
+PORTABLE_NAMED = re.compile(r"^([0-9*,/-]|[A-Za-z]{3})+$")
+BACKWARDS = re.compile(r"(\d+)-(\d+)")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 MARKER = "# distbench schedule {name} {edge}"
@@ -45,102 +55,76 @@ MARKER = "# distbench schedule {name} {edge}"
 
 @dataclass(frozen=True)
 class Cron:
-    """A parsed 5-field cron expression: the allowed values of each field."""
+    """A checked cron schedule, as cron and scrontab read it: 5 fields or a macro (@daily)."""
 
     expression: str
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days: frozenset[int]
-    months: frozenset[int]
-    weekdays: frozenset[int]  # 0 = Sunday (7 folded into 0)
-    days_restricted: bool
-    weekdays_restricted: bool
 
 
-def _value(text: str, field: int, expression: str) -> int:
-    name, low, high, names = FIELDS[field]
-    offset = 1 if name == "month" else 0
-    value = names.index(text.lower()) + offset if text.lower() in names else None
-    if value is None:
-        if not text.isdigit():
-            raise ValueError(
-                f"cron {expression!r}: {name} {text!r} is not a number"
-                + (f" or a name ({', '.join(names)})" if names else "")
-            )
-        value = int(text)
-    if not low <= value <= high:
-        raise ValueError(f"cron {expression!r}: {name} {value} is out of range {low}-{high}")
-    return value
-
-
-def _field(text: str, field: int, expression: str) -> frozenset[int]:
-    name, low, high, _ = FIELDS[field]
-    values: set[int] = set()
-    for part in text.split(","):
-        base, _, step_text = part.partition("/")
-        step = 1
-        if step_text:
-            if not step_text.isdigit() or int(step_text) == 0:
-                raise ValueError(f"cron {expression!r}: {name} step {step_text!r} is not >= 1")
-            step = int(step_text)
-        if base == "*":
-            first, last = low, high
-        elif "-" in base:
-            first_text, _, last_text = base.partition("-")
-            first = _value(first_text, field, expression)
-            last = _value(last_text, field, expression)
-            if first > last:
-                raise ValueError(f"cron {expression!r}: {name} range {base!r} runs backwards")
-        else:
-            first = _value(base, field, expression)
-            last = high if step_text else first
-        values.update(range(first, last + 1, step))
-    if name == "day-of-week" and 7 in values:
-        values = (values - {7}) | {0}
-    return frozenset(values)
+def _field_problem(index: int, text: str) -> str | None:
+    """Why field `index` (0 = minute) is refused, or None: croniter's reading of it alone,
+    then what cron and scrontab would not take."""
+    name, allowed = FIELDS[index]
+    probe = ["*"] * len(FIELDS)
+    probe[index] = text
+    pattern = PORTABLE_NAMED if name in ("month", "day-of-week") else PORTABLE
+    backwards = [m.group(0) for m in BACKWARDS.finditer(text) if int(m[1]) > int(m[2])]
+    if not pattern.match(text) or not croniter.is_valid(" ".join(probe)):
+        return f"{name} {text!r} is not valid; it takes {allowed}, '*', a-b, lists, /step"
+    if backwards:
+        return f"{name} range {backwards[0]!r} runs backwards"
+    return None
 
 
 def parse_cron(expression: str) -> Cron:
-    """Parse `minute hour day-of-month month day-of-week` (numbers, names, `*`, `a-b`, lists,
-    `/step`). ValueError, one line naming the bad field, otherwise."""
-    fields = expression.split()
-    if len(fields) != 5:
+    """Check a cron schedule with croniter, within what both cron and Slurm's scrontab read: 5
+    fields (numbers, names, `*`, `a-b`, lists, `/step`) or a macro of MACROS. ValueError, one
+    line naming the bad field or value, otherwise."""
+    text = " ".join(expression.split())
+    if text.lower() == "@reboot":
+        raise ValueError(
+            f"cron {expression!r}: @reboot runs when a machine boots, which Slurm's scrontab "
+            f"refuses and no next run can be told from; use one of {', '.join(MACROS)}"
+        )
+    if text.startswith("@"):
+        if text.lower() not in MACROS:
+            raise ValueError(f"cron {expression!r} is no macro; use one of {', '.join(MACROS)}")
+        return Cron(text.lower())
+    fields = text.split()
+    if len(fields) != len(FIELDS):
         raise ValueError(f"cron {expression!r} has {len(fields)} field(s); need {CRON_HELP}")
-    parsed = [_field(text, i, expression) for i, text in enumerate(fields)]
-    return Cron(
-        expression=" ".join(fields),
-        minutes=parsed[0],
-        hours=parsed[1],
-        days=parsed[2],
-        months=parsed[3],
-        weekdays=parsed[4],
-        days_restricted=not fields[2].startswith("*"),
-        weekdays_restricted=not fields[4].startswith("*"),
-    )
+    for index, field in enumerate(fields):
+        problem = _field_problem(index, field)
+        if problem:
+            raise ValueError(f"cron {expression!r}: {problem}")
+    if not croniter.is_valid(text):  # each field alone was fine: their combination is not
+        raise ValueError(f"cron {expression!r} is not valid; need {CRON_HELP}")
+    return Cron(text)
 
 
-def _day_matches(cron: Cron, day: dt.date) -> bool:
-    """cron's rule: when both day fields are restricted, either may match."""
-    weekday = (day.weekday() + 1) % 7  # Python: Monday = 0; cron: Sunday = 0
-    in_days, in_weekdays = day.day in cron.days, weekday in cron.weekdays
-    if cron.days_restricted and cron.weekdays_restricted:
-        return in_days or in_weekdays
-    return in_days and in_weekdays
+def scrontab_problem(cron: Cron) -> str | None:
+    """What Slurm's scrontab refuses in a schedule that cron takes (src/scrontab/parse.c): a
+    month or weekday name only stands alone (not `mon-fri` or `jan,jul`), and a step is 2 or
+    more. None when scrontab takes it."""
+    fields = cron.expression.split()
+    for (name, _), text in zip(FIELDS, fields if len(fields) == len(FIELDS) else [], strict=False):
+        if re.search(r"[A-Za-z]", text) and not re.fullmatch(r"[A-Za-z]{3}", text):
+            return f"scrontab reads a {name} name only alone, not {text!r}; use numbers"
+        if re.search(r"/0*1(\D|$)", text):
+            return f"scrontab refuses the {name} step in {text!r} (a step is 2 or more)"
+    return None
 
 
 def next_occurrence(cron: Cron, after: dt.datetime) -> dt.datetime:
-    """The first minute strictly after `after` that the expression matches."""
-    start = after.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
-    for offset in range(SEARCH_DAYS):
-        day = start.date() + dt.timedelta(days=offset)
-        if day.month not in cron.months or not _day_matches(cron, day):
-            continue
-        for hour in sorted(cron.hours):
-            for minute in sorted(cron.minutes):
-                moment = dt.datetime.combine(day, dt.time(hour, minute), tzinfo=start.tzinfo)
-                if moment >= start:
-                    return moment
-    raise ValueError(f"cron {cron.expression!r} never matches a real date (e.g. 31 February)")
+    """The first minute strictly after `after` that the schedule matches (croniter; a day of
+    month and a day of week that are both restricted match either, as cron does)."""
+    try:
+        return croniter(cron.expression, after.replace(second=0, microsecond=0)).get_next(
+            dt.datetime
+        )
+    except CroniterBadDateError as exc:
+        raise ValueError(
+            f"cron {cron.expression!r} never matches a real date (e.g. 31 February)"
+        ) from exc
 
 
 def check_name(name: str) -> str:
@@ -179,10 +163,13 @@ def job_command(
     baseline: str | None = None,
     tracking_uri: str | None = None,
 ) -> str:
-    """The shell command of one scheduled run: the sweep, then (with a baseline) the comparison
-    of the newest sweep against it, whose exit status 1 fails the job on a regression."""
-    if baseline is not None and not RUN_ID.match(baseline):
-        raise ValueError(f"--baseline {baseline!r} is not an MLflow run id (32 hex digits)")
+    """The shell command of one scheduled run: the sweep, then (with a baseline: a parent run
+    id, or "previous" for the sweep before it) the comparison of the newest sweep against it,
+    whose exit status 1 fails the job on a regression."""
+    if baseline is not None and baseline != "previous" and not RUN_ID.match(baseline):
+        raise ValueError(
+            f"--baseline {baseline!r} is not an MLflow run id (32 hex digits) or 'previous'"
+        )
     if tracking_uri and mask_text(tracking_uri) != tracking_uri:
         raise ValueError(
             f"--tracking-uri {mask_text(tracking_uri)!r} has a password in it, which would be "

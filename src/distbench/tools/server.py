@@ -9,6 +9,9 @@ else `$PGPASSWORD`, else libpq's own `$PGPASSFILE` / `~/.pgpass`, and reaches th
 `PGPASSWORD` in the server process's environment (libpq reads it there). A `--backend` with a
 password in it is refused: every user of the machine can read argv (`ps`).
 
+`distbench ui` starts the same way (`plan_ui`: `mlflow ui` on the local store, one worker, job
+execution off) and, like the server, prints its URL only once GET /health answers.
+
     distbench server --backend postgresql://mlflow@db.internal:5432/mlflow --host 0.0.0.0
     PGPASSWORD=... distbench server --backend postgresql://mlflow@127.0.0.1:5432/mlflow
     distbench server --root /shared/mlflow --port 5000        # sqlite, for a small team
@@ -37,6 +40,9 @@ from distbench.tracking.secrets_mask import mask_text
 DEFAULT_ROOT = Path("mlflow-server")
 DEFAULT_PORT = 5000
 DEFAULT_WORKERS = 2
+# `distbench ui`: one person's browser. mlflow's default (4 workers + job runners) made 15
+# processes and 3.1 GiB on a 2-core box.
+DEFAULT_UI_WORKERS = 1
 DEFAULT_TIMEOUT_S = 180.0  # the server is up in ~17 s on 2 cores; a fresh PostgreSQL migrates
 POSTGRES_SCHEMES = ("postgresql", "postgresql+psycopg2")
 # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; the dependency is psycopg2-binary
@@ -61,8 +67,8 @@ class ServerPlan:
     port: int
     url: str
     health_url: str
-    backend_uri: str  # never holds a password (backend_uri() refuses one)
-    artifacts: Path
+    backend_uri: str  # server: never a password (backend_uri refuses one); ui: masked when shown
+    artifacts: Path | None  # None: the ui, whose experiments keep their own artifact locations
     password_source: str | None
 
     @property
@@ -183,6 +189,54 @@ def plan_server(
     )
 
 
+def plan_ui(
+    tracking_uri: str,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    workers: int = DEFAULT_UI_WORKERS,
+    env: Mapping[str, str] | None = None,
+) -> ServerPlan:
+    """The `mlflow ui` command of `distbench ui` on a local store (pure): `workers` worker
+    processes and no job runners, which the UI of a benchmark's runs does not use."""
+    if not 0 < port < 65536:
+        raise ValueError(f"--port {port} is not a TCP port; use 1..65535")
+    if workers < 1:
+        raise ValueError(f"--workers {workers} must be at least 1")
+    env = dict(os.environ if env is None else env)
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri]
+    argv += ["--host", host, "--port", str(port), "--workers", str(workers)]
+    return ServerPlan(
+        argv=argv,
+        env=env,
+        host=host,
+        port=port,
+        url=client_url(host, port),
+        health_url=health_url(host, port),
+        backend_uri=tracking_uri,
+        artifacts=None,
+        password_source=None,
+    )
+
+
+# Where MLflow 3's UI hides training runs, in its own words (the sidebar's workflow switch).
+MODEL_TRAINING_HINT = (
+    'MLflow 3 opens in its "GenAI" view: pick "Model training" in the GenAI / Model training '
+    "switch of the left sidebar to see runs, their params, metrics and charts (the browser "
+    "remembers it)"
+)
+
+
+def ui_lines(plan: ServerPlan, experiment_url: str) -> list[str]:
+    """What `distbench ui` prints once the UI answers: the runs page, the view to pick, how to
+    stop it."""
+    return [
+        f"distbench: MLflow UI ready for {plan.backend_display}: {experiment_url}",
+        f"distbench: {MODEL_TRAINING_HINT}",
+        "distbench: Ctrl-C (or SIGTERM) stops it",
+    ]
+
+
 def startup_lines(plan: ServerPlan) -> list[str]:
     """What `distbench server` prints once the server answers: no secret in any line."""
     source = f", password from {plan.password_source}" if plan.password_source else ""
@@ -215,7 +269,13 @@ def check_port_free(host: str, port: int) -> None:
 def check_postgres(uri: str, password: str | None, timeout_s: int = 10) -> None:
     """Connect once, so that a wrong password or host fails in one line now, not as a server that
     never comes up. Raises ServerError with libpq's first line (libpq never echoes passwords)."""
-    import psycopg2
+    try:
+        import psycopg2
+    except ImportError as exc:  # MLflow's server needs the same driver
+        raise ServerError(
+            f"{mask_text(uri)} needs PostgreSQL's driver: pip install -e '.[server]' "
+            "(psycopg2-binary)"
+        ) from exc
 
     dsn = "postgresql://" + uri.split("://", 1)[1]  # libpq knows no "+psycopg2"
     kwargs = {"password": password} if password is not None else {}
@@ -306,10 +366,11 @@ def launch(
     check_port_free(plan.host, plan.port)
     if is_postgres(plan.backend_uri):
         check_postgres(plan.backend_uri, plan.env.get("PGPASSWORD"))
-    else:
+    elif plan.backend_uri.startswith("sqlite:///"):
         db = Path(plan.backend_uri.removeprefix("sqlite:///"))
         db.parent.mkdir(parents=True, exist_ok=True)
-    plan.artifacts.mkdir(parents=True, exist_ok=True)
+    if plan.artifacts is not None:
+        plan.artifacts.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a") if log_path else None  # noqa: SIM115 (the child keeps it)
     try:
         proc = subprocess.Popen(
@@ -330,7 +391,9 @@ def launch(
     return proc, plan.url
 
 
-def serve(proc: subprocess.Popen, lines: list[str] | tuple[str, ...] = ()) -> int:
+def serve(
+    proc: subprocess.Popen, lines: list[str] | tuple[str, ...] = (), command: str = "server"
+) -> int:
     """Print `lines`, then stay in the foreground until the server exits or this process gets
     SIGINT (Ctrl-C), SIGTERM or SIGHUP, which stop the server's whole process group. 0 when
     stopped by a signal, 1 when the server died on its own."""
@@ -348,17 +411,22 @@ def serve(proc: subprocess.Popen, lines: list[str] | tuple[str, ...] = ()) -> in
     proc.wait()
     stop_server(proc, grace_s=STOP_GRACE_S)  # workers that outlived the main process
     if stopped:
-        print(f"distbench: server stopped ({signal.Signals(stopped[0]).name})", flush=True)
+        print(f"distbench: {command} stopped ({signal.Signals(stopped[0]).name})", flush=True)
         return 0
     print(f"distbench: the MLflow server exited by itself (code {proc.returncode})", flush=True)
     return 1
 
 
 def run_foreground(
-    plan: ServerPlan, timeout_s: float = DEFAULT_TIMEOUT_S, log_path: Path | str | None = None
+    plan: ServerPlan,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    log_path: Path | str | None = None,
+    lines: list[str] | None = None,
+    command: str = "server",
 ) -> int:
-    """`distbench server`: start, print the URL and the export line, serve until stopped.
-    SIGTERM or SIGHUP during start-up stop the half-started server like Ctrl-C does."""
+    """`distbench server` (and `distbench ui`): start, wait for /health, print `lines` (default:
+    the URL and the export line), serve until stopped. SIGTERM or SIGHUP during start-up stop
+    the half-started server like Ctrl-C does."""
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -368,12 +436,12 @@ def run_foreground(
     try:
         proc, _ = launch(plan, timeout_s, log_path)
     except ServerError as exc:
-        print(f"distbench: server: {exc}", file=sys.stderr)
+        print(f"distbench: {command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("distbench: server: interrupted during start-up; stopped", file=sys.stderr)
+        print(f"distbench: {command}: interrupted during start-up; stopped", file=sys.stderr)
         return 130
-    return serve(proc, startup_lines(plan))
+    return serve(proc, startup_lines(plan) if lines is None else lines, command)
 
 
 def warn_if_readable_by_others(path: Path) -> str | None:

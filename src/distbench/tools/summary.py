@@ -1,6 +1,12 @@
-"""The end-of-sweep comparison table, built from each job's outcome.json (not from logs).
+"""The end-of-sweep comparison table, built from each job's outcome.json (not from logs): the
+step time's p50, p90 and spread (identical sweeps minutes apart can differ by 20 %), and only
+the columns that apply to the sweep's jobs. A collectives job's nccl-tests table (its job dir's
+collectives.txt) is printed before it. A sweep read back from MLflow (`distbench summary latest`,
+a parent run id or name) whose dir is not on this machine is shown from its child runs instead
+(`outcomes_of_runs`: no skipped jobs, no nccl-tests tables).
 
 python -m distbench.tools.summary multirun/2026-11-22/10-00-00    # reprint a sweep's table
+distbench summary latest     # the same for the newest sweep in MLflow (its dir when it is here)
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from rich.table import Table
 COLUMNS = (
     # header, metric key, format
     ("step p50 (s)", "step_time_s_p50", "{:.3f}"),
+    ("step p90 (s)", "step_time_s_p90", "{:.3f}"),
+    ("spread %", "step_time_s_spread_pct", "{:.0f}"),  # derived: (p90 - p50) / p50
     ("TTFT (s)", "time_to_first_token_s", "{:.3f}"),  # workload=inference
     ("decode tok/s", "decode_tokens_per_s", "{:,.0f}"),  # workload=inference
     ("tokens/s", "throughput_tokens_per_s", "{:,.0f}"),
@@ -25,7 +33,10 @@ COLUMNS = (
     ("$/1M tok", "cost_usd_per_1m_tokens", "{:.4f}"),
     ("gemm p50 (s)", "gemm_time_s_p50", "{:.4f}"),  # workload=gemm
     ("AR busbw (GB/s)", "busbw_gbps_peak.all_reduce", "{:.3f}"),  # workload=collectives
+    ("avg busbw (GB/s)", "busbw_gbps_avg", "{:.3f}"),  # workload=collectives (nccl-tests' Avg)
 )
+# Printed before the table for each FINISHED collectives job (workloads/collectives/workload.py).
+NCCL_TABLE_FILE = "collectives.txt"
 
 
 # The first-step loss against the single-device reference (distbench.figures.equivalence).
@@ -54,25 +65,90 @@ def load_outcomes(sweep_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in paths]
 
 
+# Run tags that an outcome carries under the same name (orchestrator.NAME_TAGS and
+# TAGGED_OUTCOME_KEYS), and the flattened param of the micro batch (the batch-size scan).
+OUTCOME_TAGS = (
+    "strategy",
+    "world_size",
+    "zero_stage",
+    "model",
+    "workload",
+    "failure_kind",
+    "failure_reason",
+    "equivalent",
+)
+MICRO_BATCH_PARAM = "batch.micro_batch_size"
+
+
+def outcome_of_run(run: Any) -> dict[str, Any]:
+    """A job's outcome as far as its MLflow run tells it: status, metrics, the tags above, its
+    job dir (tag distbench.job_dir) and micro batch."""
+    tags, params = run.data.tags, run.data.params
+    outcome: dict[str, Any] = {k: tags[k] for k in OUTCOME_TAGS if k in tags}
+    outcome.update(
+        job=run.info.run_name,
+        run_name=run.info.run_name,
+        run_id=run.info.run_id,
+        status=run.info.status,
+        metrics=dict(run.data.metrics),
+    )
+    if tags.get("distbench.job_dir"):
+        outcome["job_dir"] = tags["distbench.job_dir"]
+    if str(params.get(MICRO_BATCH_PARAM, "")).isdigit():
+        outcome["micro_batch_size"] = int(params[MICRO_BATCH_PARAM])
+    for key in ("strategy", "world_size", "zero_stage"):
+        outcome.setdefault(key, "-")
+    return outcome
+
+
+def outcomes_of_runs(runs: list[Any]) -> list[dict[str, Any]]:
+    """The outcomes of a sweep's child runs, in the order they started (the job order)."""
+    ordered = sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_name or ""))
+    return [outcome_of_run(r) for r in ordered]
+
+
+def spread_pct(p50: float, p90: float) -> float:
+    """How much slower the slow steps are than the typical one: (p90 - p50) / p50 in %."""
+    return 100.0 * (p90 - p50) / p50
+
+
+def table_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """A job's metrics with the table's derived ones added (step_time_s_spread_pct)."""
+    out = dict(metrics)
+    p50, p90 = metrics.get("step_time_s_p50"), metrics.get("step_time_s_p90")
+    if p50 and p90 is not None:
+        out["step_time_s_spread_pct"] = spread_pct(p50, p90)
+    return out
+
+
 def _cell(metrics: dict[str, float], key: str, fmt: str) -> str:
     return fmt.format(metrics[key]) if key in metrics else "-"
 
 
+def _trains_a_model(outcome: dict[str, Any]) -> bool:
+    """Whether a job has a ZeRO stage and an equivalence check to show (raw workloads such as
+    gemm and collectives have neither: their model is `none`)."""
+    return outcome.get("model") != "none"
+
+
 def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=title)
+    shown = [table_metrics(o.get("metrics", {})) for o in outcomes]
     # only the metric columns some job has: a train sweep shows no GEMM column, and so on
-    columns = [c for c in COLUMNS if any(c[1] in o.get("metrics", {}) for o in outcomes)]
-    for header in ("strategy", "world", "zero", "status", *(c[0] for c in columns), "= single"):
+    columns = [c for c in COLUMNS if any(c[1] in m for m in shown)]
+    models = any(_trains_a_model(o) for o in outcomes)  # else no zero / = single columns
+    headers = ["strategy", "world", *(["zero"] if models else []), "status"]
+    headers += [c[0] for c in columns] + (["= single"] if models else [])
+    for header in headers:
         left = header in ("strategy", "status")
         # the status is read whole ("SKIPPED (earlier FINISHED)"): numbers wrap, not it
         table.add_column(header, justify="left" if left else "right", no_wrap=header == "status")
-    for o in outcomes:
+    for o, metrics in zip(outcomes, shown, strict=True):
         earlier = o.get("previous_status", "resume")  # a skipped job shows its earlier run
         status = {
             "FINISHED": "[green]FINISHED[/green]",
             "SKIPPED": f"[yellow]SKIPPED[/yellow] (earlier {earlier})",
-        }.get(o["status"], f"[red]FAILED[/red] {o.get('failure_kind')}")
-        metrics = o.get("metrics", {})
+        }.get(o["status"], f"[red]{o['status']}[/red] {o.get('failure_kind') or ''}".strip())
         cells = [_cell(metrics, key, fmt) for _, key, fmt in columns]
         # raw workloads (gemm, collectives) have no strategy: describe() tags the workload
         name = (
@@ -81,14 +157,31 @@ def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
             else (f"{o['workload']}/{o['strategy']}")
         )
         equivalent = EQUIVALENT.get(o.get("equivalent"), "-")
-        table.add_row(name, o["world_size"], o["zero_stage"], status, *cells, equivalent)
+        if models:
+            table.add_row(name, o["world_size"], o["zero_stage"], status, *cells, equivalent)
+        else:
+            table.add_row(name, o["world_size"], status, *cells)
     return table
+
+
+def nccl_tables(outcomes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(heading, nccl-tests table) of each FINISHED job that wrote one (workload=collectives)."""
+    out = []
+    for o in outcomes:
+        path = Path(o.get("job_dir", "")) / NCCL_TABLE_FILE
+        if o["status"] == "FINISHED" and o.get("job_dir") and path.is_file():
+            heading = f"{o['job']} {o.get('workload')} world_size={o['world_size']} ({path}):"
+            out.append((heading, path.read_text()))
+    return out
 
 
 def print_summary(
     outcomes: list[dict[str, Any]], title: str, mlflow_url: str | None = None
 ) -> None:
     console = Console(width=max(Console().width, 140))
+    for heading, text in nccl_tables(outcomes):
+        console.print(heading, highlight=False, markup=False)
+        console.print(text, highlight=False, markup=False, soft_wrap=True, end="")
     console.print(summary_table(outcomes, title))
     for o in outcomes:
         if o["status"] == "FAILED":

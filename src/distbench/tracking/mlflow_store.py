@@ -266,6 +266,62 @@ def find_runs(tracking_uri: str, experiment_id: str, tags: dict[str, str]) -> li
     return [r for r in runs if all(r.data.tags.get(k) == str(v) for k, v in tags.items())]
 
 
+def log_points(
+    tracking_uri: str, run_id: str, points: Iterable[tuple[str, float, int, int]]
+) -> None:
+    """Log stepped metrics (name, value, step, timestamp in ms) to a run, in batches; exact
+    repeats are ignored by the store, so a batch may be logged again."""
+    from mlflow.entities import Metric
+
+    mlflow = client(tracking_uri)
+    metrics = [Metric(k, float(v), int(ts), int(step)) for k, v, step, ts in points]
+    for chunk in _chunks(metrics, MAX_METRICS_PER_BATCH):
+        retry(
+            lambda chunk=chunk: mlflow.log_batch(run_id, metrics=chunk),
+            tracking_uri=tracking_uri,
+        )
+
+
+def stamped_metrics(
+    metrics: dict[str, float], series: Iterable[tuple[str, float, int]], end_ms: int
+) -> list[tuple[str, float, int, int]]:
+    """The final metrics at step 0 and unstamped series at their steps, as (name, value, step,
+    ms), all at `end_ms`."""
+    out = [(k, float(v), 0, end_ms) for k, v in sorted(metrics.items())]
+    return out + [(k, float(v), step, end_ms) for k, v, step in series]
+
+
+def fill_run(
+    tracking_uri: str,
+    run_id: str,
+    params: dict[str, str],
+    points: Iterable[tuple[str, float, int, int]],
+    tags: dict[str, str],
+    artifacts: list[Path],
+    failed: bool,
+    end_time_ms: int | None = None,
+) -> None:
+    """Log everything of a run and end it FINISHED (or FAILED) at `end_time_ms` (now when
+    None). Each store call is retried while the store is busy; a repeat is harmless (same
+    params, exact metric repeats ignored, artifacts overwritten)."""
+    from mlflow.entities import Param, RunStatus, RunTag
+
+    mlflow = client(tracking_uri)
+    uri = tracking_uri
+    param_list = [Param(k, v[:6000]) for k, v in sorted(params.items())]
+    tag_list = [RunTag(k, v) for k, v in sorted(tags.items())]
+    for chunk in _chunks(param_list, MAX_PARAMS_PER_BATCH):
+        retry(lambda chunk=chunk: mlflow.log_batch(run_id, params=chunk), tracking_uri=uri)
+    for chunk in _chunks(tag_list, MAX_PARAMS_PER_BATCH):
+        retry(lambda chunk=chunk: mlflow.log_batch(run_id, tags=chunk), tracking_uri=uri)
+    log_points(tracking_uri, run_id, points)
+    for path in artifacts:
+        if path.exists():
+            retry(lambda path=path: mlflow.log_artifact(run_id, str(path)), tracking_uri=uri)
+    status = RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED)
+    retry(lambda: mlflow.set_terminated(run_id, status, end_time=end_time_ms), tracking_uri=uri)
+
+
 def log_child_run(
     tracking_uri: str,
     experiment_id: str,
@@ -277,39 +333,36 @@ def log_child_run(
     failed: bool,
     parent_run_id: str | None = None,
     series: Iterable[tuple[str, float, int]] = (),
+    points: Iterable[tuple[str, float, int, int]] = (),
+    start_time_ms: int | None = None,
+    end_time_ms: int | None = None,
 ) -> str:
     """Create one finished (or FAILED) run with everything in it; returns its id.
 
-    `series` are stepped metrics (name, value, step), e.g. the time of each step. Each store
-    call is retried while the store is busy."""
-    from mlflow.entities import Metric, Param, RunStatus
+    `series` are stepped metrics (name, value, step), e.g. the time of each step, stamped with
+    the end time; `points` are stepped metrics with their own timestamps (name, value, step,
+    ms). The run spans `start_time_ms` to `end_time_ms` (the job's, when it was spooled and
+    logged later). Each store call is retried while the store is busy; a run that fails midway
+    is ended FAILED and tagged `tracking_error` (a later upload replaces it)."""
+    from mlflow.entities import RunStatus
 
     mlflow = client(tracking_uri)
-    uri = tracking_uri
     run_tags = dict(tags)
     if parent_run_id:
         run_tags["mlflow.parentRunId"] = parent_run_id
     run_id = retry(
-        lambda: mlflow.create_run(experiment_id, run_name=run_name, tags=run_tags),
+        lambda: mlflow.create_run(
+            experiment_id, start_time=start_time_ms, run_name=run_name, tags=run_tags
+        ),
         tracking_uri=tracking_uri,
     ).info.run_id
+    end_ms = end_time_ms or int(time.time() * 1000)
+    stamped = [*stamped_metrics(metrics, series, end_ms), *points]
     try:
-        now_ms = int(time.time() * 1000)
-        param_list = [Param(k, v[:6000]) for k, v in sorted(params.items())]
-        metric_list = [Metric(k, float(v), now_ms, 0) for k, v in sorted(metrics.items())]
-        metric_list += [Metric(k, float(v), now_ms, step) for k, v, step in series]
-        for chunk in _chunks(param_list, MAX_PARAMS_PER_BATCH):
-            retry(lambda chunk=chunk: mlflow.log_batch(run_id, params=chunk), tracking_uri=uri)
-        for chunk in _chunks(metric_list, MAX_METRICS_PER_BATCH):
-            retry(lambda chunk=chunk: mlflow.log_batch(run_id, metrics=chunk), tracking_uri=uri)
-        for path in artifacts:
-            if path.exists():
-                retry(lambda path=path: mlflow.log_artifact(run_id, str(path)), tracking_uri=uri)
+        fill_run(tracking_uri, run_id, params, stamped, {}, artifacts, failed, end_ms)
     except Exception:
         with contextlib.suppress(Exception):
             mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
             mlflow.set_tag(run_id, "tracking_error", "run incomplete: logging failed midway")
         raise
-    status = RunStatus.FAILED if failed else RunStatus.FINISHED
-    retry(lambda: mlflow.set_terminated(run_id, RunStatus.to_string(status)), tracking_uri=uri)
     return run_id

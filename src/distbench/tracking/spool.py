@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ SWEEP_DIR_TAG = "distbench.sweep_dir"
 ATTEMPT_ID_TAG = "distbench.attempt_id"
 ATTEMPT_TAG = "distbench.attempt"
 PREVIOUS_RUN_TAG = "distbench.previous_run_id"
+# On a run created RUNNING when its job started (live.py) until its upload fills and ends it.
+INCOMPLETE_TAG = "distbench.incomplete"
 REQUIRED_KEYS = ("experiment_name", "run_name", "params", "metrics", "tags", "artifacts")
 
 
@@ -47,7 +50,9 @@ class SpoolError(ValueError):
 def write_payload(job_dir: Path, payload: dict[str, Any]) -> None:
     """Spool a run: experiment_name, run_name, params, metrics, series, tags, artifacts (paths
     relative to the job dir), failed, parent_run_id; optional: attempt_id (a new random one
-    when absent: each call is a new attempt), attempt (its number) and previous_run_id.
+    when absent: each call is a new attempt), attempt (its number), previous_run_id,
+    start_time_ms / end_time_ms (the job's wall clock), points (stepped metrics with their
+    timestamps: name, value, step, ms; a series entry may carry its ms too).
     Written atomically: a job killed meanwhile leaves the old payload or the new one."""
     payload = {**payload, "attempt_id": payload.get("attempt_id") or uuid.uuid4().hex}
     write_json_atomic(job_dir / PAYLOAD, payload)
@@ -145,6 +150,8 @@ def upload_attempt(
         else:  # spooled by an older version: one run per job dir
             same = of_job_dir
         for run in same:
+            if INCOMPLETE_TAG in run.data.tags:  # created RUNNING when the job started: fill it
+                return _fill_live(tracking_uri, run, payload, job_dir), False
             if "tracking_error" not in run.data.tags:
                 return run.info.run_id, True
             retry(
@@ -167,6 +174,46 @@ def upload_attempt(
         return log_payload(tracking_uri, experiment_id, payload, tags, artifacts), False
 
 
+def _payload_points(payload: dict[str, Any]) -> tuple[list[tuple], list[tuple]]:
+    """(series without a timestamp, points with one) of a payload: its `points`, and each
+    series entry stamped (4 items) or not (3, spooled by older versions)."""
+    series = [tuple(s) for s in payload.get("series", [])]
+    points = [tuple(p) for p in payload.get("points", [])]
+    return [s for s in series if len(s) == 3], points + [s for s in series if len(s) == 4]
+
+
+def _not_streamed(tracking_uri: str, run_id: str, points: list[tuple]) -> list[tuple]:
+    """The points whose (name, step) the live run does not have yet."""
+    mlflow = client(tracking_uri)
+    have = set()
+    for key in {p[0] for p in points}:
+        history = retry(
+            lambda key=key: mlflow.get_metric_history(run_id, key), tracking_uri=tracking_uri
+        )
+        have |= {(key, m.step) for m in history}
+    return [p for p in points if (p[0], p[2]) not in have]
+
+
+def _fill_live(tracking_uri: str, run: Any, payload: dict[str, Any], job_dir: Path) -> str:
+    """Fill the run a job created when it started (what it streamed stays) with the payload,
+    and end it at the job's end time."""
+    from distbench.tracking.mlflow_store import fill_run, stamped_metrics
+
+    run_id = run.info.run_id
+    end_ms = payload.get("end_time_ms") or int(time.time() * 1000)
+    series, points = _payload_points(payload)
+    stamped = stamped_metrics(payload["metrics"], series, end_ms) + _not_streamed(
+        tracking_uri, run_id, points
+    )
+    tags = {**payload["tags"], JOB_DIR_TAG: str(job_dir.resolve())}
+    artifacts = [job_dir / name for name in payload["artifacts"]]
+    failed = payload.get("failed", True)
+    fill_run(tracking_uri, run_id, payload["params"], stamped, tags, artifacts, failed, end_ms)
+    mlflow = client(tracking_uri)  # complete: a later upload finds it in the store
+    retry(lambda: mlflow.delete_tag(run_id, INCOMPLETE_TAG), tracking_uri=tracking_uri)
+    return run_id
+
+
 def log_payload(
     tracking_uri: str,
     experiment_id: str,
@@ -175,6 +222,7 @@ def log_payload(
     artifacts: list[Path],
 ) -> str:
     """Log a spooled run's payload (what write_payload takes) as one child run; returns its id."""
+    series, points = _payload_points(payload)
     return log_child_run(
         tracking_uri,
         experiment_id,
@@ -185,7 +233,10 @@ def log_payload(
         artifacts=artifacts,
         failed=payload.get("failed", True),
         parent_run_id=payload.get("parent_run_id"),
-        series=[tuple(s) for s in payload.get("series", [])],
+        series=series,
+        points=points,
+        start_time_ms=payload.get("start_time_ms"),
+        end_time_ms=payload.get("end_time_ms"),
     )
 
 
@@ -214,10 +265,10 @@ def close_parent(
     tracking_uri: str, parent_run_id: str, outcomes: list[dict[str, Any]], sweep_lost: bool = False
 ) -> bool:
     """End a sweep's parent run that is still RUNNING (its sweep lost the store before closing
-    it) once every job of the sweep has an outcome: tag num_finished/failed/skipped as the sweep
-    would have, and mark it FINISHED. A sweep whose orchestrator is known dead (`sweep_lost`)
-    is ended KILLED, the jobs it never started counted in `num_not_run`. Returns whether it was
-    ended now."""
+    it) once every job of the sweep has an outcome: log its summary as the sweep would have
+    (parent.py: counts, the best run), and mark it FINISHED. A sweep whose orchestrator is
+    known dead (`sweep_lost`) is ended KILLED, the jobs it never started counted in
+    `num_not_run`. Returns whether it was ended now."""
     mlflow = client(tracking_uri)
     parent = retry(lambda: mlflow.get_run(parent_run_id), tracking_uri=tracking_uri)
     if parent.info.status != "RUNNING":
@@ -233,12 +284,11 @@ def close_parent(
             lambda: mlflow.set_tag(parent_run_id, "num_not_run", not_run),
             tracking_uri=tracking_uri,
         )
-    for status in ("FINISHED", "FAILED", "SKIPPED"):
-        count = sum(o.get("status") == status for o in outcomes)
-        retry(
-            lambda s=status, c=count: mlflow.set_tag(parent_run_id, f"num_{s.lower()}", str(c)),
-            tracking_uri=tracking_uri,
-        )
+    from distbench.tracking.parent import log_summary
+
+    log_summary(
+        tracking_uri, parent_run_id, outcomes, int(num_jobs) if num_jobs.isdigit() else None
+    )
     retry(lambda: mlflow.set_terminated(parent_run_id, end_status), tracking_uri=tracking_uri)
     return True
 

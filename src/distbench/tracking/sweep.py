@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import getpass
 import os
 import subprocess
 import sys
@@ -24,12 +25,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose.schema import TrackingConfig
 from distbench.tracking.mlflow_store import client, ensure_experiment, retry, ui_url
+from distbench.tracking.parent import log_summary, varied_params
 from distbench.tracking.secrets_mask import mask_override, mask_text
 from distbench.tracking.spool import SWEEP_DIR_TAG
 
 PARENT_RUN_ENV = "DISTBENCH_PARENT_RUN_ID"
 TRACKING_URI_ENV = "DISTBENCH_TRACKING_URI"
 NUM_JOBS_ENV = "DISTBENCH_NUM_JOBS"
+SWEPT_KEYS_ENV = "DISTBENCH_SWEPT_KEYS"  # the keys the sweep varies, comma-separated: run names
 VERSIONED_PACKAGES = ("torch", "deepspeed", "transformers", "mlflow", "hydra-core")
 
 
@@ -66,6 +69,47 @@ def software_tags(project_dir: Path) -> dict[str, str]:
     return tags
 
 
+def git_commit(project_dir: Path) -> str | None:
+    """The checkout's full commit hash, or None outside a git checkout."""
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(project_dir), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return sha or None
+
+
+def current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for the uid (containers)
+        return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+
+
+def project_root() -> Path:
+    """distbench's checkout (run.py sets $DISTBENCH_HOME), else the working directory."""
+    return Path(os.environ.get("DISTBENCH_HOME") or Path.cwd())
+
+
+def reserved_tags(project_dir: Path) -> dict[str, str]:
+    """MLflow's own tags, so its UI shows Source, Created by and Git commit: the entry point
+    (run.py), LOCAL as the source type, the user, and the commit when in a git checkout."""
+    tags = {
+        "mlflow.source.name": str((project_dir / "run.py").resolve()),
+        "mlflow.source.type": "LOCAL",
+        "mlflow.user": current_user(),
+    }
+    commit = git_commit(project_dir)
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
 def count_sweep_jobs(task_overrides: list[str], sweeper_params: dict[str, Any]) -> int | None:
     """How many jobs a basic sweep will run: the product of each swept key's choices."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -82,6 +126,15 @@ def count_sweep_jobs(task_overrides: list[str], sweeper_params: dict[str, Any]) 
         return num_jobs
     except Exception:  # a sweep kind we cannot expand (glob, ...): progress shows no total
         return None
+
+
+def num_sweep_jobs(hydra_cfg: Any, task_overrides: list[str]) -> int | None:
+    """How many jobs the sweep will run: a sampling sweeper's trial budget (Optuna's
+    `n_trials`: its choices and ranges are drawn from, not expanded), else the grid's size."""
+    n_trials = hydra_cfg.sweeper.get("n_trials")
+    if n_trials is not None:
+        return int(n_trials)
+    return count_sweep_jobs(task_overrides, dict(hydra_cfg.sweeper.get("params") or {}))
 
 
 def require_writable(output_dir: Path) -> None:
@@ -109,6 +162,7 @@ class SweepCallback(Callback):
         self.parent_run_id: str | None = None
         self.tracking_uri: str | None = None
         self.experiment_id: str | None = None
+        self.num_jobs: int | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         require_writable(Path(config.hydra.run.dir))
@@ -118,9 +172,13 @@ class SweepCallback(Callback):
         hydra_cfg = config.hydra  # HydraConfig.get() is not set yet in the launching process
         # As typed: an override may hold ${...} that only a job resolves (or fails to).
         overrides = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
-        num_jobs = count_sweep_jobs(overrides, dict(hydra_cfg.sweeper.get("params") or {}))
+        num_jobs = num_sweep_jobs(hydra_cfg, overrides)
         if num_jobs:
             os.environ[NUM_JOBS_ENV] = str(num_jobs)
+        swept: dict[str, str] = {}
+        with contextlib.suppress(Exception):  # unparseable: run names show no swept values
+            swept = varied_params(overrides, dict(hydra_cfg.sweeper.get("params") or {}))
+        os.environ[SWEPT_KEYS_ENV] = ",".join(swept)
         uri = resolve_tracking_uri(config.tracking, Path.cwd())
         if uri is None:
             return
@@ -133,6 +191,7 @@ class SweepCallback(Callback):
                 "overrides": " ".join(mask_override(str(o)) for o in overrides),
             }
             tags.update(software_tags(Path.cwd()))
+            tags.update(reserved_tags(project_root()))
             mlflow = client(uri)
             run = retry(
                 lambda: mlflow.create_run(
@@ -140,6 +199,7 @@ class SweepCallback(Callback):
                 ),
                 tracking_uri=uri,
             )
+            self._log_varied(uri, run.info.run_id, overrides, hydra_cfg)
         except Exception as exc:  # tracking must never take the sweep down
             why = mask_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             print(
@@ -148,7 +208,7 @@ class SweepCallback(Callback):
             )
             return
         self.tracking_uri, self.parent_run_id = uri, run.info.run_id
-        self.experiment_id = experiment_id
+        self.experiment_id, self.num_jobs = experiment_id, num_jobs
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
         os.environ[TRACKING_URI_ENV] = uri
         atexit.register(self._close_parent_at_exit)
@@ -158,22 +218,11 @@ class SweepCallback(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         outcomes = load_outcomes(sweep_dir)
-        counts = {
-            status: sum(o["status"] == status for o in outcomes)
-            for status in ("FINISHED", "FAILED", "SKIPPED")
-        }
         spooled = sum("tracking_error" in o for o in outcomes)
         url = None
         if self.parent_run_id is not None:
             with contextlib.suppress(Exception):  # the table below must print regardless
-                mlflow = client(self.tracking_uri)
-                for status, count in counts.items():
-                    retry(
-                        lambda s=status, c=count: mlflow.set_tag(
-                            self.parent_run_id, f"num_{s.lower()}", str(c)
-                        ),
-                        tracking_uri=self.tracking_uri,
-                    )
+                log_summary(self.tracking_uri, self.parent_run_id, outcomes, self.num_jobs)
                 url = ui_url(self.tracking_uri, self.experiment_id, config.tracking.ui_port)
                 self._close_parent("FINISHED")
         print_summary(outcomes, title=f"distbench sweep {sweep_dir}", mlflow_url=url)
@@ -183,6 +232,19 @@ class SweepCallback(Callback):
                 f"in their job dirs: distbench sync {sweep_dir.resolve()}"
             )
         os.environ.pop(PARENT_RUN_ENV, None)
+        os.environ.pop(SWEPT_KEYS_ENV, None)
+
+    @staticmethod
+    def _log_varied(uri: str, run_id: str, overrides: list[str], hydra_cfg: Any) -> None:
+        """The swept keys as the parent's params (a failure leaves the parent without them)."""
+        from mlflow.entities import Param
+
+        sweeper_params = dict(hydra_cfg.sweeper.get("params") or {})
+        with contextlib.suppress(Exception):
+            params = varied_params([mask_override(str(o)) for o in overrides], sweeper_params)
+            mlflow = client(uri)
+            batch = [Param(k, mask_text(v)[:6000]) for k, v in sorted(params.items())][:100]
+            retry(lambda: mlflow.log_batch(run_id, params=batch), tracking_uri=uri)
 
     def _close_parent_at_exit(self) -> None:
         """The sweep died before on_multirun_end: mark its parent KILLED, quietly."""

@@ -2,8 +2,8 @@
 
 Every timed call is bracketed by a barrier and a device sync, so each rank's clock covers the
 same work; combine() then takes the slowest rank per iteration. Rank 0 appends progress lines
-in train.py's format ({"phase", "step", "num_steps", "step_time_s", "loss"}) so the
-orchestrator's bar moves; raw workloads have no loss (0.0).
+in train.py's format ({"phase", "step", "num_steps", "step_time_s", "time_unix_s"} and the
+workload's own figures) so the orchestrator's step lines move; raw workloads have no loss.
 
     python -c "from distbench.workloads.timing import *; print(slowest_per_iteration([[1], [2]]))"
 """
@@ -63,7 +63,9 @@ class Progress:
         self.file = (run_dir / "progress.jsonl").open("a") if rank == 0 else None
         self.num_points, self.done = num_points, 0
 
-    def point(self, phase: str, time_s: float) -> None:
+    def point(self, phase: str, time_s: float, fields: dict[str, float] | None = None) -> None:
+        """One finished point: its phase, time, and the workload's own figures (`fields`,
+        e.g. collectives' size_bytes and busbw_gbps) in its progress line."""
         from distbench.ranks.dist import heartbeat
 
         self.done += 1
@@ -75,7 +77,8 @@ class Progress:
             "step": self.done,
             "num_steps": self.num_points,
             "step_time_s": time_s,
-            "loss": 0.0,
+            **(fields or {}),
+            "time_unix_s": time.time(),  # when the point ended: its MLflow timestamp
         }
         self.file.write(json.dumps(line) + "\n")
         self.file.flush()

@@ -25,9 +25,14 @@ from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+try:  # the `slurm` extra (pip install -e '.[slurm]')
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+except ImportError:  # without it hydra/launcher=slurm does not compose (no submitit_slurm); this
+    # module must import all the same: Hydra imports every plugin module on every run, and warns
+    BaseQueueConf, SlurmLauncher = None, object
 
 log = logging.getLogger(__name__)
 

@@ -54,6 +54,21 @@ def busbw_gbps(size_bytes: float, time_s: float, collective: str, world_size: in
     return algbw_gbps(size_bytes, time_s) * bus_factor(collective, world_size)
 
 
+def busbw_avg_gbps(busbw_values_gbps: Sequence[float]) -> float:
+    """nccl-tests' "Avg bus bandwidth": the arithmetic mean of the busbw of every line it ran
+    (src/common.cu adds each size's busbw and divides by their number), in GB/s."""
+    if not len(busbw_values_gbps):
+        raise ValueError("the average bus bandwidth of no measurement")
+    return float(np.mean(np.asarray(busbw_values_gbps, dtype=float)))
+
+
+def nccl_tests_count(collective: str, count: int, world_size: int) -> int:
+    """The element count nccl-tests' `count` column shows for a message of `count` elements:
+    the count handed to the NCCL call, per rank for the split collectives (all_gather's send
+    count, reduce_scatter's receive count, all_to_all's count per peer)."""
+    return count // world_size if collective in SPLIT_COLLECTIVES else count
+
+
 def message_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
     """min, min·f, min·f², ... up to max inclusive (nccl-tests' -b/-e/-f sweep)."""
     if min_bytes < 1 or max_bytes < min_bytes or factor < 2:

@@ -163,6 +163,14 @@ def check_error(op: str, bufs: dict[str, Any], rank: int, n: int) -> float:
     return float(((out.double() - want).abs() / want.abs().clamp(min=1.0)).max().item())
 
 
+def count_wrong(op: str, bufs: dict[str, Any], rank: int, n: int, rtol: float) -> int:
+    """Elements of this rank's result further than `rtol` (relative) from the expected values:
+    nccl-tests' #wrong column."""
+    out, want = expected(op, bufs, rank, n)
+    rel = (out.double() - want).abs() / want.abs().clamp(min=1.0)
+    return int((rel > rtol).sum().item())
+
+
 def native_supported(op: str, device: str) -> bool:
     """Whether the backend runs the native call (tried on a tiny message, agreed by all ranks:
     a collective is used natively only if every rank could run it)."""

@@ -7,6 +7,9 @@ workload.num_warmup_steps untimed and workload.num_steps timed calls, each brack
 barrier and a device sync; a call lasts as long as its slowest rank. A collective the backend
 lacks (or listed in collectives.emulate) runs as its standard equivalent, recorded in
 result.json's `emulated`, the CSV's `implementation` column and the `emulated.<op>` metric.
+Rank 0's progress line per (collective, size) carries its size and busbw; at the end the run
+prints nccl-tests' table (collectives.txt) and logs nccl-tests' average bus bandwidth
+(`busbw_gbps_avg.<op>`, and `busbw_gbps_avg` over every collective and size).
 
     python run.py workload=collectives world_size=2
     python run.py -m workload=collectives world_size=2,4 collectives.max_bytes=67108864
@@ -21,11 +24,12 @@ from distbench.figures.metrics import BYTES_PER_DTYPE, percentile
 from distbench.job import Job
 from distbench.workloads import Measured
 from distbench.workloads.collectives import metrics as cm
-from distbench.workloads.collectives.report import plot_busbw, write_csv
+from distbench.workloads.collectives.report import nccl_table, plot_busbw, write_csv
 from distbench.workloads.timing import Progress, slowest_per_iteration, time_iterations, torch_dtype
 
 CSV_NAME = "collectives.csv"
 PNG_NAME = "collectives_busbw.png"
+TABLE_NAME = "collectives.txt"  # nccl-tests' table, printed at the end of the run
 
 
 def _ops_to_run(ops: list[str], n: int) -> tuple[list[str], dict[str, str]]:
@@ -62,6 +66,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
             co.fill(op, bufs, rank, n)
             co.call(op, bufs, rank, n, emulate)
             err = co.check_error(op, bufs, rank, n)
+            num_wrong = co.count_wrong(op, bufs, rank, n, co.CHECK_RTOL[c.dtype])
             if err > co.CHECK_RTOL[c.dtype]:
                 raise RuntimeError(
                     f"{op} on {n} ranks, {count * element_bytes} bytes: rank {rank}'s result "
@@ -75,11 +80,13 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
                 w.num_warmup_steps,
                 w.num_steps,
             )
-            points.append(
-                {"op": op, "size_bytes": count * element_bytes, "count": count, "times_s": times}
-            )
-            points[-1]["check_max_rel_err"] = err
-            progress.point(f"{op} {count * element_bytes} B", percentile(times, 50))
+            size_bytes = count * element_bytes
+            points.append({"op": op, "size_bytes": size_bytes, "count": count, "times_s": times})
+            points[-1].update(check_max_rel_err=err, num_wrong=num_wrong)
+            # the slowest rank's p50, as the end table computes it (after the timed calls)
+            t50 = percentile(slowest_across_ranks(times, device), 50)
+            busbw = cm.busbw_gbps(size_bytes, t50, op, n)
+            progress.point(op, t50, {"size_bytes": float(size_bytes), "busbw_gbps": busbw})
             del bufs
     progress.close()
     return {
@@ -90,6 +97,17 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         "dtype": c.dtype,
         "run_dir": str(run_dir),
     }
+
+
+def slowest_across_ranks(times_s: list[float], device: str) -> list[float]:
+    """Each call's slowest rank (an all_reduce MAX on the backend's device; every rank calls
+    it)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(times_s, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
 
 
 def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
@@ -103,6 +121,7 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
                 **{k: point[k] for k in ("op", "size_bytes", "count")},
                 "times_s": slowest_per_iteration([p["times_s"] for p in mine]),
                 "check_max_rel_err": max(p["check_max_rel_err"] for p in mine),
+                "num_wrong": sum(p.get("num_wrong", 0) for p in mine),
             }
         )
     keep = ("emulated", "skipped", "dtype", "run_dir")
@@ -121,6 +140,7 @@ def table_rows(result: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
                 "dtype": result["dtype"],
                 "size_bytes": p["size_bytes"],
                 "count": p["count"],
+                "nccl_count": cm.nccl_tests_count(p["op"], p["count"], world_size),
                 "time_s_p50": t50,
                 "time_s_p90": percentile(p["times_s"], 90),
                 "algbw_gbps": cm.algbw_gbps(p["size_bytes"], t50),
@@ -128,6 +148,7 @@ def table_rows(result: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
                 "bus_factor": cm.bus_factor(p["op"], world_size),
                 "implementation": result["emulated"].get(p["op"], "native"),
                 "check_max_rel_err": p["check_max_rel_err"],
+                "num_wrong": int(p.get("num_wrong", 0)),
             }
         )
     return rows
@@ -140,6 +161,7 @@ def summary_metrics(rows: list[dict[str, Any]], emulated: dict[str, str]) -> dic
         mine = sorted((r for r in rows if r["collective"] == op), key=lambda r: r["size_bytes"])
         metrics[f"busbw_gbps_peak.{op}"] = max(r["busbw_gbps"] for r in mine)
         metrics[f"algbw_gbps_peak.{op}"] = max(r["algbw_gbps"] for r in mine)
+        metrics[f"busbw_gbps_avg.{op}"] = cm.busbw_avg_gbps([r["busbw_gbps"] for r in mine])
         metrics[f"latency_s_min_bytes.{op}"] = mine[0]["time_s_p50"]
         metrics[f"emulated.{op}"] = float(op in emulated)
         if len(mine) >= 2:
@@ -150,12 +172,14 @@ def summary_metrics(rows: list[dict[str, Any]], emulated: dict[str, str]) -> dic
             if beta is not None:
                 metrics[f"beta_algbw_gbps.{op}"] = beta / 1e9
                 metrics[f"beta_busbw_gbps.{op}"] = beta / 1e9 * mine[0]["bus_factor"]
+    if rows:  # nccl-tests' "Avg bus bandwidth" over everything the run measured
+        metrics["busbw_gbps_avg"] = cm.busbw_avg_gbps([r["busbw_gbps"] for r in rows])
     return metrics
 
 
 def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
     """result.json → per-collective summary metrics, series stepped by message size in bytes,
-    and the CSV table and busbw plot in the job dir."""
+    the CSV table, the busbw plot and nccl-tests' text table (collectives.txt) in the job dir."""
     rows = table_rows(result, job.world_size)
     metrics = summary_metrics(rows, result["emulated"])
     metrics["num_sizes"] = float(len({r["size_bytes"] for r in rows}))
@@ -172,8 +196,11 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
     artifacts = []
     if rows and job_dir.is_dir():
         title = f"busbw, {job.world_size} ranks, {result['dtype']}"
+        table = job_dir / TABLE_NAME
+        table.write_text(nccl_table(rows, result.get("backend", "?")))
         artifacts = [
             write_csv(rows, job_dir / CSV_NAME),
             plot_busbw(rows, job_dir / PNG_NAME, title),
+            table,
         ]
     return Measured(metrics=metrics, series=series, artifacts=artifacts)

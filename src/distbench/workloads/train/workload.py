@@ -5,8 +5,11 @@ module's `initialize(model, job)`; the loop only calls `train_step(micro_batches
 
 Every strategy sees the same data: step s's global batch is drawn from (seed, s) and each
 data-parallel replica takes its slice, so layouts differ only in how they compute. Each step is
-bracketed by a barrier and a device sync; its time is the slowest rank's. Rank 0 appends one
-line per step to progress.jsonl for the orchestrator's progress bar.
+bracketed by a barrier and a device sync; its time is the slowest rank's. After the timed region
+the ranks gather their loss, time and peak memory (one all_gather), and rank 0 appends the step's
+line to progress.jsonl (the orchestrator's step lines, streamed to MLflow as progress/*): the
+mean loss over ranks, the slowest rank's time, tokens/s (total and per device), TFLOP/s per
+device, MFU and peak memory (GiB, % of the device), named as the run's metrics.
 
     python -m torch.distributed.run --nproc_per_node=2 -m distbench.ranks.worker RUN_DIR
 """
@@ -20,7 +23,13 @@ from typing import Any
 
 from distbench.engines import GRID_DIMS
 from distbench.figures.analytic import pred_vs_measured
-from distbench.figures.metrics import GIB, tokens_per_step, train_flops_per_token, train_metrics
+from distbench.figures.metrics import (
+    GIB,
+    step_figures,
+    tokens_per_step,
+    train_flops_per_token,
+    train_metrics,
+)
 from distbench.job import Job
 from distbench.ranks.models import count_params
 from distbench.workloads import Measured
@@ -40,6 +49,42 @@ def rank_micro_batches(tokens, dp_rank: int, micro_batch_size: int) -> list:
     """This replica's micro-batches of a global batch: rows [dp_rank*mbs, (dp_rank+1)*mbs)."""
     rows = slice(dp_rank * micro_batch_size, (dp_rank + 1) * micro_batch_size)
     return [tokens[g, rows].contiguous() for g in range(tokens.shape[0])]
+
+
+def work_per_step(job: Job) -> tuple[int, float]:
+    """(tokens per optimizer step over all replicas, model FLOPs per token) of a training job."""
+    model, batch = job.model, job.batch
+    flops = train_flops_per_token(
+        count_params(model)["matmul"], model.num_layers, model.hidden_size, batch.seq_len
+    )
+    num_tokens = tokens_per_step(
+        batch.micro_batch_size, batch.grad_accum_steps, batch.seq_len, job.layout.dp
+    )
+    return num_tokens, flops
+
+
+def step_summary(per_rank: list[list[float]]) -> tuple[float, float, int]:
+    """Every rank's [loss, step time in s, peak memory in bytes] of one step (rank order) →
+    (the mean loss over ranks, as combine() averages it; the slowest rank's time; the largest
+    peak memory)."""
+    mean_loss = sum(r[0] for r in per_rank) / len(per_rank)
+    return mean_loss, max(r[1] for r in per_rank), int(max(r[2] for r in per_rank))
+
+
+def gather_step(
+    loss: float, step_time_s: float, peak_mem_bytes: int, device: str
+) -> tuple[float, float, int]:
+    """step_summary() of every rank's figures, gathered on the backend's device (nccl: the
+    rank's GPU, gloo: CPU). A collective: every rank calls it, after the step's timed region."""
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.tensor(
+        [loss, step_time_s, float(peak_mem_bytes)], dtype=torch.float64, device=device
+    )
+    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, mine)
+    return step_summary(torch.stack(parts).tolist())
 
 
 def run(job: Job, run_dir: Path) -> dict[str, Any]:
@@ -69,6 +114,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
 
     num_warmup, num_timed = job.workload.num_warmup_steps, job.workload.num_steps
     progress = (run_dir / "progress.jsonl").open("a") if rank == 0 else None
+    num_tokens, flops = work_per_step(job)
     step_times_s, losses = [], []
     for step in range(num_warmup + num_timed):
         tokens = global_batch(
@@ -90,14 +136,28 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         dist_utils.synchronize(device)
         step_times_s.append(time.perf_counter() - start)
         losses.append(loss)
+        # After the timed region: every rank's loss, time and peak memory (one all_gather).
+        mean_loss, slowest_s, peak_bytes = gather_step(
+            loss, step_times_s[-1], dist_utils.peak_memory_bytes(device), device
+        )
         if progress:
-            phase = "warmup" if step < num_warmup else "timed"
+            figures = step_figures(
+                step_time_s=slowest_s,
+                num_tokens_per_step=num_tokens,
+                flops_per_token=flops,
+                world_size=layout.world_size,
+                peak_tflops_per_device=getattr(job.hardware, f"peak_tflops_{job.dtype}"),
+                peak_mem_bytes=peak_bytes,
+                device_mem_gib=job.hardware.mem_gib,
+            )
             line = {
-                "phase": phase,
+                "phase": "warmup" if step < num_warmup else "timed",
                 "step": step + 1,
                 "num_steps": num_warmup + num_timed,
-                "step_time_s": step_times_s[-1],
-                "loss": loss,
+                "step_time_s": slowest_s,  # the slowest rank's, as the step_time_s series
+                "loss": mean_loss,  # the mean over ranks, as the loss series
+                **figures,
+                "time_unix_s": time.time(),  # when the step ended: its MLflow timestamp
             }
             progress.write(json.dumps(line) + "\n")
             progress.flush()
@@ -131,7 +191,7 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "layout_tag": "-".join(f"{d}{n}" for d, n in zip(GRID_DIMS, shape, strict=True)),
         "step_times_s": [max(r["step_times_s"][i] for r in per_rank) for i in range(num_steps)],
         "losses": [sum(r["losses"][i] for r in per_rank) / len(per_rank) for i in range(num_steps)],
-        "ranks": [{k: v for k, v in r.items() if k != "losses"} for r in per_rank],
+        "ranks": per_rank,  # each rank's own figures, its local losses included
     }
 
 

@@ -1,0 +1,204 @@
+"""The planner against real runs: predicted vs measured peak memory and step time, per job.
+
+Runs a small grid on this machine through `run.py` (each job in its own dir under a temporary
+work folder, MLFLOW_TRACKING_URI=sqlite:///<work>/mlflow.db), then predicts every job from its
+own resolved.yaml (`Job.load`: the exact config its ranks ran, hardware figures included) with
+`analytic.pred_vs_measured`, the function that logs `pred_*` beside each run, and compares:
+
+    error % = (predicted − measured) / measured × 100
+
+measured peak = `peak_mem_gib` (CPU: the largest rank's peak RSS during the steps; GPU: CUDA
+max allocated), measured step = `step_time_s_p50`. Targets (issue 13): memory within 15 %, step
+time within 30 % for every job. The prediction never reads the job's measurements.
+
+Default grid (~8 min on 2 shared cores): model tiny (7M Llama) and `gpt2_2l` (GPT-2 small's
+shapes with 2 layers: 53M parameters, 50k vocab, tied head) × strategies single (1 rank), ddp,
+fsdp (torch), dp, zero2, zero3 (DeepSpeed) at world_size 2, batch small, fp32, 2 warm-up + 6
+timed steps.
+
+    .venv/bin/python benchmarks/plan_vs_measured.py                      # the grid above
+    .venv/bin/python benchmarks/plan_vs_measured.py --models tiny --strategies dp,zero3
+    .venv/bin/python benchmarks/plan_vs_measured.py --repredict /tmp/pvm-xyz   # no new runs
+
+`--keep` keeps the work folder (its path is printed) so `--repredict` can re-predict the same
+measurements after a change to the model. Figures go to benchmarks/results/plan_vs_measured.{csv,
+json,md} (`--out-dir` elsewhere); the last stdout line is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT_DIR / "src"))
+
+from distbench.figures.analytic import pred_vs_measured  # noqa: E402
+from distbench.job import Job  # noqa: E402
+
+MEM_TARGET_PCT = 15.0
+TIME_TARGET_PCT = 30.0
+JOB_TIMEOUT_S = 900
+# name -> run.py overrides of the model
+MODELS = {
+    "tiny": ["model=tiny"],
+    "gpt2_2l": ["model=gpt2_124m", "model.num_layers=2"],
+}
+STRATEGIES = ("single", "ddp", "fsdp", "dp", "zero2", "zero3")
+FIELDS = (
+    "job",
+    "status",
+    "precision",
+    "measured_peak_gib",
+    "pred_peak_gib",
+    "mem_err_pct",
+    "measured_step_s",
+    "pred_step_s",
+    "time_err_pct",
+)
+
+
+def grid(models: list[str], strategies: list[str], world_size: int) -> list[tuple[str, list]]:
+    """(job name, run.py overrides) of every job; `single` runs on one rank."""
+    jobs = []
+    for model in models:
+        for strategy in strategies:
+            size = 1 if strategy == "single" else world_size
+            name = f"{model}-{strategy}-ws{size}"
+            jobs.append((name, [*MODELS[model], f"strategy={strategy}", f"world_size={size}"]))
+    return jobs
+
+
+def run_job(name: str, overrides: list[str], work: Path, steps: list[str], env: dict) -> Path:
+    """One job through run.py into work/name; returns its job dir."""
+    job_dir = work / name
+    cmd = [sys.executable, str(PROJECT_DIR / "run.py"), *overrides, *steps, "batch=small"]
+    cmd += [f"hydra.run.dir={job_dir}"]
+    started = time.monotonic()
+    proc = subprocess.run(
+        cmd, cwd=work, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
+    )
+    (job_dir / "bench.log").parent.mkdir(parents=True, exist_ok=True)
+    (job_dir / "bench.log").write_text(proc.stdout + proc.stderr)
+    print(f"{name}: exit {proc.returncode} in {time.monotonic() - started:.0f} s", flush=True)
+    return job_dir
+
+
+def compare(job_dir: Path) -> dict[str, Any]:
+    """Predicted vs measured for one finished job dir (outcome.json + resolved.yaml)."""
+    row: dict[str, Any] = {"job": job_dir.name}
+    outcome_file = job_dir / "outcome.json"
+    if not outcome_file.exists():
+        return {**row, "status": "NO_OUTCOME"}
+    outcome = json.loads(outcome_file.read_text())
+    row["status"] = outcome.get("status", "?")
+    metrics = outcome.get("metrics") or {}
+    if row["status"] != "FINISHED" or "peak_mem_gib" not in metrics:
+        return {**row, "reason": str(outcome.get("failure_reason", ""))[:200]}
+    try:  # resolved.yaml is read with this checkout's schema
+        job = Job.load(job_dir)
+    except ValueError as exc:
+        return {**row, "status": "UNREADABLE", "reason": str(exc)[:200]}
+    pred = pred_vs_measured(job, metrics)
+    row.update(
+        precision=job.precision,
+        measured_peak_gib=metrics["peak_mem_gib"],
+        pred_peak_gib=pred["pred_peak_mem_gib"],
+        mem_err_pct=100 * pred["mem_pred_rel_err"],
+        measured_step_s=metrics.get("step_time_s_p50"),
+        pred_step_s=pred.get("pred_step_time_s"),
+        time_err_pct=100 * pred["time_pred_rel_err"] if "time_pred_rel_err" in pred else None,
+    )
+    return row
+
+
+def markdown(rows: list[dict[str, Any]], header: str) -> str:
+    lines = [header, "", "| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
+    for row in rows:
+        cells = []
+        for key in FIELDS:
+            value = row.get(key)
+            cells.append(
+                "-"
+                if value is None
+                else f"{value:+.1f}"
+                if key.endswith("pct")
+                else f"{value:.3g}"
+                if isinstance(value, float)
+                else str(value)
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    done = [r for r in rows if r.get("mem_err_pct") is not None]
+    timed = [r for r in done if r.get("time_err_pct") is not None]
+    return {
+        "num_jobs": len(rows),
+        "num_compared": len(done),
+        "mem_within_target": sum(abs(r["mem_err_pct"]) <= MEM_TARGET_PCT for r in done),
+        "time_within_target": sum(abs(r["time_err_pct"]) <= TIME_TARGET_PCT for r in timed),
+        "max_abs_mem_err_pct": max((abs(r["mem_err_pct"]) for r in done), default=None),
+        "max_abs_time_err_pct": max((abs(r["time_err_pct"]) for r in timed), default=None),
+        "mem_target_pct": MEM_TARGET_PCT,
+        "time_target_pct": TIME_TARGET_PCT,
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repredict", type=Path, help="a kept work folder: predict, run nothing")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--out-dir", type=Path, default=PROJECT_DIR / "benchmarks" / "results")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.repredict:
+        work = args.repredict
+        job_dirs = sorted(p.parent for p in work.glob("*/resolved.yaml"))
+    else:
+        work = Path(tempfile.mkdtemp(prefix="pvm-"))
+        env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work}/mlflow.db")
+        steps = [f"workload.num_warmup_steps={args.warmup}", f"workload.num_steps={args.steps}"]
+        jobs = grid(args.models.split(","), args.strategies.split(","), args.world_size)
+        job_dirs = [run_job(name, overrides, work, steps, env) for name, overrides in jobs]
+    rows = [compare(d) for d in job_dirs]
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    command = "python benchmarks/plan_vs_measured.py " + " ".join(sys.argv[1:])
+    header = f"plan vs measured, {stamp}, `{command.strip()}`"
+    text = markdown(rows, header)
+    print(text)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    with open(args.out_dir / "plan_vs_measured.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*FIELDS, "reason"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    (args.out_dir / "plan_vs_measured.md").write_text(text)
+    document = {"date": stamp, "command": command, "rows": rows, "summary": summary(rows)}
+    (args.out_dir / "plan_vs_measured.json").write_text(json.dumps(document, indent=1) + "\n")
+    if args.keep or args.repredict:
+        print(f"work folder: {work}", flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(document["summary"]))
+
+
+if __name__ == "__main__":
+    main()

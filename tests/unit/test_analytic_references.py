@@ -1,0 +1,164 @@
+"""The analytic model against outside references computed here, not typed-in numbers:
+DeepSpeed's own memory estimators, torch's FlopCounterMode and the tensors HF's models really
+save for backward (on the real tiny and GPT-2-shaped models, CPU, fp32).
+
+    .venv/bin/python -m pytest -q tests/unit/test_analytic_references.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from distbench.figures import analytic
+from distbench.figures.metrics import train_flops_per_token
+from distbench.ranks.models import count_params, hf_config
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.unit
+
+
+def _model(name: str, **changes: object):
+    from distbench.compose.schema import ModelConfig
+
+    cfg = compose_config([f"model={name}"]).model
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    model = ModelConfig(**{k: v for k, v in dict(cfg).items() if k in fields})
+    return dataclasses.replace(model, **changes)
+
+
+def _states(engine_stage: int, split: analytic.ParamSplit, dp: int) -> float:
+    """Model-state bytes per device of DeepSpeed bf16-mixed: every term, step ones included."""
+    terms = analytic.engine_state_terms("deepspeed", "bf16", "mixed", engine_stage)
+    return sum(analytic.state_term_bytes(terms, split.total, dp, engine_stage).values())
+
+
+@pytest.mark.parametrize("name", ["gpt2_124m", "llama_1b", "llama3_8b", "llama3_70b"])
+@pytest.mark.parametrize("num_nodes", [1, 8])
+def test_zero2_and_zero3_states_agree_with_deepspeeds_estimators(name, num_nodes):
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    split = analytic.param_split(_model(name))
+    world = 8 * num_nodes
+    _, ds_zero2 = estimate_zero2_model_states_mem_needs(
+        split.total, num_gpus_per_node=8, num_nodes=num_nodes, cpu_offload=False
+    )
+    assert _states(2, split, world) == pytest.approx(ds_zero2, rel=0.15)
+    _, ds_zero3, largest = estimate_zero3_model_states_mem_needs(
+        split.total, split.largest_matrix, 8, num_nodes, cpu_offload=False
+    )
+    # DeepSpeed's 4 B × the largest layer: its bf16 weight and gradient, gathered
+    ours = _states(3, split, world) + (2 + 2) * split.largest_matrix
+    assert largest == 4 * split.largest_matrix
+    assert ours == pytest.approx(ds_zero3, rel=0.15)
+    # offload's host RAM per node is DeepSpeed's own figure
+    for stage, offload_param in ((2, False), (3, False), (3, True)):
+        if stage == 2:
+            ds_cpu, _ = estimate_zero2_model_states_mem_needs(
+                split.total, 8, num_nodes, cpu_offload=True
+            )
+        else:
+            ds_cpu, _, _ = estimate_zero3_model_states_mem_needs(
+                split.total, split.largest_matrix, 8, num_nodes, True, offload_param, True
+            )
+        ours = analytic.deepspeed_host_bytes_per_node(
+            split.total, 8, num_nodes, zero_stage=stage, offload_param=offload_param
+        )
+        assert ours == pytest.approx(ds_cpu, rel=1e-6)
+
+
+def test_the_all_cold_estimator_prints_what_the_planner_predicts(capsys):
+    from deepspeed.runtime.zero.stage_1_and_2 import (
+        estimate_zero2_model_states_mem_needs_all_cold,
+    )
+
+    split = analytic.param_split(_model("llama3_8b"))
+    estimate_zero2_model_states_mem_needs_all_cold(split.total, num_gpus_per_node=8)
+    printed = capsys.readouterr().out.splitlines()
+    no_offload = next(line for line in printed if "offload_optimizer=none" in line)
+    per_gpu_gib = float(no_offload.split("|")[1].strip().removesuffix("GB"))
+    assert _states(2, split, 8) / 2**30 == pytest.approx(per_gpu_gib, rel=0.01)
+
+
+def _hf_model(model_cfg, attn: str):
+    from transformers import AutoModelForCausalLM
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hf_config(model_cfg), attn_implementation=attn)
+    return model.train()
+
+
+@pytest.mark.parametrize(
+    "name,changes", [("tiny", {}), ("gpt2_124m", {"num_layers": 2, "max_position_embeddings": 256})]
+)
+def test_flops_per_token_agree_with_flop_counter_mode(name, changes):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model_cfg = _model(name, **changes)
+    model = _hf_model(model_cfg, "eager")
+    b, s = 2, 128
+    ids = torch.randint(0, model_cfg.vocab_size, (b, s))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    counts = count_params(model_cfg)
+    predicted = train_flops_per_token(
+        counts["matmul"], model_cfg.num_layers, model_cfg.hidden_size, s
+    )
+    assert counter.get_total_flops() == pytest.approx(predicted * b * s, rel=0.03)
+
+
+@pytest.mark.parametrize(
+    "name,attn,changes",
+    [
+        ("tiny", "sdpa", {}),
+        ("tiny", "eager", {}),
+        ("tiny", "sdpa", {"num_layers": 8}),
+        ("gpt2_124m", "eager", {"num_layers": 2, "max_position_embeddings": 256}),
+        ("gpt2_124m", "eager", {"num_layers": 4, "max_position_embeddings": 256}),
+    ],
+)
+def test_activations_agree_with_what_hf_saves_for_backward(name, attn, changes):
+    import torch
+
+    model_cfg = _model(name, **changes)
+    model = _hf_model(model_cfg, attn)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    b, s = 2, 128
+    ids = torch.randint(0, model_cfg.vocab_size, (b, s))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=ids)
+    per_layer = analytic.hf_activation_bytes_per_layer(
+        model_cfg.family,
+        s,
+        b,
+        model_cfg.hidden_size,
+        model_cfg.intermediate_size,
+        model_cfg.num_heads,
+        dtype_bytes=4,
+        attention_scores_stored=attn == "eager",
+    )
+    # + the loss's saved fp32 log-softmax (4 B per logit), the part of the logits saved
+    predicted = per_layer * model_cfg.num_layers + 4 * b * s * model_cfg.vocab_size
+    assert sum(saved.values()) == pytest.approx(predicted, rel=0.10)
+    # Korthikanti's GPT-3 layer is a lower bound of what HF's layers keep
+    korthikanti = analytic.activation_bytes_per_layer(
+        s,
+        b,
+        model_cfg.hidden_size,
+        model_cfg.num_heads,
+        dtype_bytes=4,
+        attention_scores_stored=False,
+    )
+    assert per_layer > 0.8 * korthikanti
