@@ -175,6 +175,9 @@ def _plan(args: argparse.Namespace) -> int:
             bandwidth_gbps=args.bandwidth_gbps,
             latency_s=None if args.latency_us is None else args.latency_us * 1e-6,
             recompute=args.recompute,
+            history=True,
+            calibrated=args.calibrated,
+            measured_links=args.measured_links,
         )
     except (HydraException, FileNotFoundError) as exc:
         print(f"distbench: plan: {str(exc).splitlines()[0]}", file=sys.stderr)
@@ -278,7 +281,12 @@ def _report(args: argparse.Namespace) -> int:
     else:
         ui_base = report.ui_base_url(uri, args.ui_url)
         files, sections = report.write_report(
-            df, out, selection.title, selection.experiment_id, ui_base
+            df,
+            out,
+            selection.title,
+            selection.experiment_id,
+            ui_base,
+            history=report.flat_table(selection.history),
         )
         print(f"distbench: report of {selection.title} ({len(df)} runs) in {out}/")
         if selection.parent_run_id and not args.no_log:
@@ -488,6 +496,16 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--bandwidth-gbps", type=float, help="GB/s, default hardware's")
     plan.add_argument("--latency-us", type=float, help="µs per collective (default 10 / 100)")
     plan.add_argument("--recompute", action="store_true", help="full activation recomputation")
+    plan.add_argument(
+        "--calibrated",
+        action="store_true",
+        help="divide each prediction by (1 + the median error of the store's earlier runs)",
+    )
+    plan.add_argument(
+        "--measured-links",
+        action="store_true",
+        help="links from the α-β fits of the store's collectives runs (per tier), if any",
+    )
     plan.add_argument(
         "--search",
         action="store_true",

@@ -41,6 +41,7 @@ from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
 from distbench.orphans import mark_owner
 from distbench.tracking.live import forget_live
+from distbench.tracking.pred_history import prior_errors
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG, run_signature
 from distbench.workloads import Measured, host_metrics, registry
 
@@ -245,15 +246,17 @@ def swept_values(job_overrides: list[str], swept_keys: list[str]) -> list[str]:
 def sweep_naming() -> tuple[int | None, list[str]]:
     """What tells this job's run from its sweep's others: its 0-based trial number when a
     sampler picks the values (a sweeper with `n_trials`, Optuna: it may draw the same values
-    twice), else None; and its swept_values. (None, []) outside a multirun."""
+    twice), else None; and its swept_values. (None, []) outside a multirun's job."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None, []
+    hydra_cfg = HydraConfig.get()
+    if OmegaConf.is_missing(hydra_cfg.job, "num"):  # the sweep's process (a launcher), no job
+        return None, []
     from distbench.tracking.sweep import SWEPT_KEYS_ENV
 
-    hydra_cfg = HydraConfig.get()
     swept_keys = [k for k in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if k]
     trial = hydra_cfg.job.num if hydra_cfg.sweeper.get("n_trials") is not None else None
     return trial, swept_values(list(hydra_cfg.overrides.task), swept_keys)
@@ -567,6 +570,8 @@ def _run_job(
         result = json.loads((job_dir / "result.json").read_text())
         measured = rank_module(job).measure(job, result, job_dir)
         measured.metrics.update(host_metrics(result))
+        # the earlier runs' prediction errors for this (model, strategy, hardware, precision)
+        measured.metrics.update(prior_errors(cfg.tracking, tags, measured.metrics))
         outcome.update(_result_tags(job, result, measured, label))
     else:
         outcome.update(_failure(job, launched, outcome.get("slurm_job_id"), job_dir, label))

@@ -23,6 +23,7 @@ PLOTS = (  # the sweep ran at one world size: no scaling_efficiency.png
     "peak_mem_per_rank.png",
     "pareto_throughput_vs_memory.png",
     "cost_per_1m_tokens.png",
+    "pred_error_over_time.png",  # the sweep's runs logged their prediction errors
 )
 
 

@@ -1,16 +1,29 @@
 """The MLflow UI of a finished sweep, in a real headless browser: Debian's chromium loads the
-runs page that `distbench ui` serves and the DOM names the sweep's runs; a screenshot is kept.
+pages that `distbench ui` serves, the test reads their DOM once MLflow's React app has rendered
+it and keeps a screenshot of each:
 
-The runs table nests child runs under their (collapsed) parent while it is sorted by start
-time, so the children are looked for on the same page with the sweep's search filter
-(`tags.mlflow.parentRunId = '<id>'`) and a sort by run name, which shows runs flat.
+- the runs page names the sweep's runs. The table nests child runs under their (collapsed)
+  parent while it is sorted by start time, so the children are looked for with the sweep's
+  search filter (`tags.mlflow.parentRunId = '<id>'`) and a sort by run name, which shows runs
+  flat;
+- the experiment page's chart view finds the sweep's parent run by its params, metrics and tags
+  (the swept keys, num_jobs, best_throughput_tokens_per_s, best_strategy) and charts them; its
+  run page lists them;
+- a child run page shows the job's real Duration (created RUNNING as the job starts, ended at
+  its end), its Source (run.py and commit) and who ran it;
+- `distbench report --sweep latest` logs report.html on the parent; the UI serves it
+  (/get-artifact), every <img> is a data: URI that the browser decodes, and MLflow's artifact
+  viewer shows the page with its plots.
 
     pytest tests/e2e/test_ui_browser.py -m e2e      # needs /usr/bin/chromium
+    DISTBENCH_KEEP_SCREENSHOTS=shots/ pytest tests/e2e/test_ui_browser.py -m e2e   # keep PNGs
 """
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,10 +33,13 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
+from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from distbench.launch.workers import free_port
+from tests.e2e.test_report import distbench_report
 from tests.e2e.tiny_sweep import Sweep, shared_sweep
 
 CHROMIUM = "/usr/bin/chromium"
@@ -75,14 +91,63 @@ def dom_with(url: str, names: list[str], tmp_path: Path) -> str:
     return dom
 
 
+def screenshot(url: str, tmp_path: Path, name: str, height: int = 1000) -> Image.Image:
+    """A 1600-wide screenshot of url, as RGB; kept in $DISTBENCH_KEEP_SCREENSHOTS (a folder)."""
+    shot = tmp_path / f"{name}.png"
+    chromium(
+        url, tmp_path / f"profile-{name}", f"--screenshot={shot}", f"--window-size=1600,{height}"
+    )
+    image = Image.open(shot)
+    image.load()
+    assert image.size == (1600, height)
+    if os.environ.get("DISTBENCH_KEEP_SCREENSHOTS"):
+        keep = Path(os.environ["DISTBENCH_KEEP_SCREENSHOTS"])
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, keep / shot.name)
+    return image.convert("RGB")
+
+
+def num_colours(image: Image.Image) -> int:
+    return len(image.getcolors(maxcolors=1 << 24))
+
+
+def num_colourful_pixels(image: Image.Image) -> int:
+    """Pixels far from grey: plots, not MLflow's white and grey page (a few icons aside)."""
+    rgb = np.asarray(image).astype(int)
+    return int((rgb.max(axis=2) - rgb.min(axis=2) > 80).sum())
+
+
+def about(dom: str) -> dict[str, str]:
+    """A run page's "About this run" box, {label: its text}: Duration, Source, Created by..."""
+    out = {}
+    parts = re.split(r'<[^>]*\bdata-testid="key-value-([^"]+)"[^>]*>', dom)
+    for label, block in zip(parts[1::2], parts[2::2], strict=True):
+        words = [html.unescape(w).strip() for w in re.split(r"<[^>]*>", block)]
+        out[label] = " ".join(w for w in words if w and w != label)
+    return out
+
+
+def text(dom: str) -> str:
+    """The page's text, one '|' between elements."""
+    body = re.sub(r"<(style|script)\b.*?</\1>", "", dom, flags=re.S)
+    return re.sub(r"\s*(<[^>]*>\s*)+", "|", html.unescape(body))
+
+
+def seconds(duration: str) -> tuple[float, float]:
+    """(seconds, resolution) of a duration as MLflow's UI writes it: 850ms, 23.9s, 2.9min, 1.2h."""
+    number, unit = re.fullmatch(r"([\d.]+)\s*(ms|s|min|h|d)", duration).groups()
+    scale = {"ms": 0.001, "s": 1, "min": 60, "h": 3600, "d": 86400}[unit]
+    return float(number) * scale, (0.001 if unit == "ms" else 0.1 * scale)
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Sweep:
     return shared_sweep(tmp_path_factory)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ui(sweep):
-    """`distbench ui` on a free loopback port, up (HTTP 200) for the test, stopped after."""
+    """`distbench ui` on a free loopback port, up (HTTP 200) for this module's tests."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "distbench.cli", "ui", "--port", str(port)],
@@ -127,13 +192,94 @@ def test_the_runs_page_shows_the_sweep_and_its_child_runs(sweep, ui, tmp_path):
     for name in children:
         assert f">{name}<" in dom, name
 
-    shot = tmp_path / "ui.png"
-    chromium(
-        flat_page, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1600,1000"
+    image = screenshot(flat_page, tmp_path, "runs_page")
+    assert num_colours(image) > 50  # a page, not blank
+
+
+def test_the_experiment_page_finds_and_charts_the_sweeps_parent_by_its_params_and_metrics(
+    sweep, ui, tmp_path
+):
+    parent = MlflowClient(sweep.tracking_uri).get_run(sweep.parent_run_id).data
+    assert parent.params == {"strategy": "dp,zero1"}  # the swept key, world_size=2 was not
+    assert parent.metrics["num_jobs"] == parent.metrics["num_finished"] == 2
+    best = parent.metrics["best_throughput_tokens_per_s"]
+    search = (
+        "params.strategy = 'dp,zero1' and metrics.num_jobs = 2 and metrics.num_finished = 2 "
+        "and metrics.best_throughput_tokens_per_s > 0 "
+        f"and tags.best_strategy = '{parent.tags['best_strategy']}'"
     )
-    image = Image.open(shot)
-    image.load()
-    assert image.size == (1600, 1000)
-    assert len(image.convert("RGB").getcolors(maxcolors=1 << 20)) > 50  # a page, not blank
-    if os.environ.get("DISTBENCH_KEEP_SCREENSHOT"):
-        shutil.copy(shot, os.environ["DISTBENCH_KEEP_SCREENSHOT"])
+    query = urllib.parse.urlencode(
+        {"compareRunsMode": "CHART", "searchFilter": search}, quote_via=urllib.parse.quote
+    )
+    charts = f"{ui}/#/experiments/{sweep.experiment_id}/runs?{query}"
+    dom = dom_with(charts, [sweep.parent_run_name, "best_throughput_tokens_per_s"], tmp_path)
+    page = text(dom)
+    assert f"|{sweep.parent_run_name}|" in page and "|1|matching run|" in page
+    assert "|Model metrics|" in page and f"|{best:.2f}|" in page  # its bar, labelled
+    assert num_colours(screenshot(charts, tmp_path, "experiment_charts")) > 50
+
+    # Its run page lists them: the swept keys as params, the summary as metrics and tags.
+    run_page = f"{ui}/#/experiments/{sweep.experiment_id}/runs/{sweep.parent_run_id}"
+    page = text(dom_with(run_page, ["best_throughput_tokens_per_s", "best_strategy"], tmp_path))
+    assert "|Parameter|Value|strategy|dp,zero1|" in page
+    assert "|num_jobs|2|" in page and f"|best_throughput_tokens_per_s|{best!r}|" in page
+    assert f"|best_strategy|: {parent.tags['best_strategy']}|" in page
+
+
+def test_a_child_run_page_shows_the_jobs_duration_source_and_user(sweep, ui, tmp_path):
+    client = MlflowClient(sweep.tracking_uri)
+    run = client.get_run(sweep.child_run_ids[0])
+    run_page = f"{ui}/#/experiments/{sweep.experiment_id}/runs/{run.info.run_id}"
+    dom = dom_with(run_page, ['data-testid="key-value-Duration"', run.info.run_name], tmp_path)
+    box = about(dom)
+    assert box["Parent run"] == sweep.parent_run_name
+    assert box["Status"] == "Finished"
+    shown, resolution = seconds(box["Duration"])
+    logged = (run.info.end_time - run.info.start_time) / 1000
+    assert abs(shown - logged) <= resolution, (box["Duration"], logged)
+    # The run spans the job: at least the ranks' start-up and timed steps (seconds on a CPU)
+    metrics = run.data.metrics
+    ran = metrics["init_time_s"] + metrics["num_timed_steps"] * metrics["step_time_s_p50"]
+    assert logged >= ran > 1.0, (logged, ran)
+    tags = run.data.tags
+    assert Path(tags["mlflow.source.name"]).name == "run.py" and tags["mlflow.source.type"]
+    assert box["Source"].startswith("run.py")
+    if "mlflow.source.git.commit" in tags:  # a git checkout: the UI shows the short commit
+        assert tags["mlflow.source.git.commit"][:7] in box["Source"]
+    assert box["Created by"] == tags["mlflow.user"] != ""
+    assert num_colours(screenshot(run_page, tmp_path, "child_run_page")) > 50
+
+
+def test_the_report_artifact_is_served_with_every_plot_embedded_and_shown(sweep, ui, tmp_path):
+    out = tmp_path / "report"
+    proc = distbench_report(sweep, "--sweep", "latest", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    query = urllib.parse.urlencode({"path": "report/report.html", "run_uuid": sweep.parent_run_id})
+    with urllib.request.urlopen(f"{ui}/get-artifact?{query}", timeout=60) as response:
+        served = response.read()
+    assert served == (out / "report.html").read_bytes()  # what the artifact viewer fetches
+    page = served.decode()
+    sources = re.findall(r'<img\b[^>]*\bsrc="([^"]*)"', page)
+    assert len(sources) == page.count("<img") == len(list(out.glob("*.png"))) >= 3
+    assert all(src.startswith("data:image/png;base64,") for src in sources)
+
+    # The page as a browser loads it: every image decoded (complete, with a width).
+    probe = (
+        "<script>addEventListener('load', () => document.body.setAttribute('data-images', "
+        "[...document.images].map(i => i.complete && i.naturalWidth > 0 ? 'ok' : 'broken')"
+        ".join(' ')))</script></body>"
+    )
+    local = tmp_path / "probe" / "report.html"
+    local.parent.mkdir()
+    local.write_text(page.replace("</body>", probe))
+    dom = dom_with(local.as_uri(), ["data-images="], tmp_path)
+    assert re.search(r'data-images="([^"]*)"', dom).group(1) == " ".join(["ok"] * len(sources))
+
+    # MLflow's artifact viewer: the page in its sandboxed frame, the plots drawn (colour).
+    viewer = (
+        f"{ui}/#/experiments/{sweep.experiment_id}/runs/{sweep.parent_run_id}"
+        "/artifacts/report/report.html"
+    )
+    assert 'class="mlflow-html-iframe"' in dom_with(viewer, ["mlflow-html-iframe"], tmp_path)
+    image = screenshot(viewer, tmp_path, "report_artifact", height=4000)
+    assert num_colourful_pixels(image) > 100_000  # the plots; the viewer alone has ~3,000

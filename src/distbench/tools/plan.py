@@ -9,6 +9,7 @@ with analytic.predict. No process group is started and nothing is allocated.
     distbench plan model=llama3_70b world_size=64 hardware=h100_sxm workload.dtype=bf16 --json
     distbench plan --strategies dp,zero3 hardware=auto
     distbench plan --search model=llama3_70b world_size=64 hardware=h100_sxm batch=large
+    distbench plan --calibrated model=tiny world_size=2     # predictions ÷ (1 + observed error)
 
 `--json` prints one JSON list: one object per validated strategy (`strategy`, `world_size`,
 `dp`, `tp`, `pp`, `zero_stage`, `num_params`, `mem_bytes` {params, grads, optimizer,
@@ -17,6 +18,15 @@ activations, host, total} per device, `fits`, `comm_bytes_per_step`, `step_time_
 `recommendation` (a strategy name, or null when nothing fits), `reason`, `refused`
 {strategy: reason}, the resolved `hardware` and `warnings` (e.g. a ≥1B model planned with the
 CPU default batch=small).
+
+Next to each prediction of peak memory and step time, the plan shows its error bar where the
+tracking store (`tracking=...`, as run.py would log to; the `distbench` experiment) holds
+finished runs of the same model, strategy, ZeRO stage, hardware and precision: the median
+relative error (pred − measured)/measured ± its median absolute deviation, and n
+(figures/pred_error.py), e.g. `0.612 (+12 % ±4 %, n=3)`. `--calibrated` divides each
+prediction by (1 + median), and recommends from the calibrated figures. `--json` adds
+`pred_error` {mem, time: {median_rel_err, spread_rel_err, num_runs}} to each row, and
+`calibrated` and `history` (where the error bars came from) to the final object.
 
 `--search` does not take the strategy files' degrees as given: from DeepSpeed's dp (ZeRO 0-3)
 and torch's ddp and fsdp it derives every (dp, tp, pp) of powers of two × micro-batch 1-8,
@@ -34,7 +44,9 @@ from typing import Any
 
 from distbench.compose.schema import HardwareConfig
 from distbench.figures.analytic import PREFERENCE, Prediction, predict, recommend
+from distbench.figures.links import LinkFit, efficiency_source, link_source
 from distbench.figures.metrics import GIB
+from distbench.figures.pred_error import ErrorBar, calibrated_prediction, with_error
 
 
 def project_dir() -> Path:
@@ -60,6 +72,10 @@ class Plan:
     title: str
     dtype: str = "fp32"
     extra: dict[str, Any] = field(default_factory=dict)
+    # strategy -> kind (mem, time) -> the observed error of its predictions (pred_error.py)
+    error_bars: dict[str, dict[str, ErrorBar]] = field(default_factory=dict)
+    calibrated: bool = False
+    history: str = ""  # where the error bars came from, or why there are none
 
 
 def _split_strategy_override(overrides: list[str]) -> tuple[list[str], list[str] | None]:
@@ -97,8 +113,15 @@ def make_plan(
     bandwidth_gbps: float | None = None,
     latency_s: float | None = None,
     recompute: bool = False,
+    history: bool = False,
+    calibrated: bool = False,
+    measured_links: bool = False,
 ) -> Plan:
-    """Compose, resolve and predict every strategy; recommend one."""
+    """Compose, resolve and predict every strategy; recommend one. With `history`, each
+    prediction gets the error bar of the tracking store's earlier runs of its kind, and with
+    `calibrated` too, is divided by it before the recommendation. With `measured_links`, the
+    links are the α-β fits of the store's collectives runs of this hardware, per tier, where
+    there are any (figures/links.py); `extra["sources"]` names where each figure came from."""
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
@@ -116,6 +139,10 @@ def make_plan(
     warnings: list[str] = []
     hardware: HardwareConfig | None = None
     title, dtype = "", "fp32"
+    keys: dict[str, dict[str, str]] = {}  # strategy -> the tags its runs are found by
+    tracking = None
+    fits: dict[str, LinkFit] = {}
+    link_note = ""
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         for name in names:
             cfg = compose(config_name="config", overrides=[*overrides, f"strategy={name}"])
@@ -147,6 +174,9 @@ def make_plan(
                     mem_gib = None if host is None else host / nproc
                     hardware = dataclasses.replace(hardware, mem_gib=mem_gib)
                 dtype = job.dtype
+                tracking = cfg.tracking
+                if measured_links:
+                    fits, link_note = stored_link_fits(tracking, hardware.name)
                 batch = job.batch
                 warnings += batch_warnings(job, overrides)
                 title = (
@@ -156,15 +186,31 @@ def make_plan(
                     f"(micro_batch {batch.micro_batch_size} × "
                     f"{batch.grad_accum_steps} × seq {batch.seq_len})"
                 )
+            keys[name] = run_key_tags(job)
+            intra, inter = fits.get("intra"), fits.get("inter")
             predictions.append(
                 predict(
-                    job.replace(hardware=hardware),
+                    job.replace(
+                        hardware=hardware
+                        if inter is None
+                        else dataclasses.replace(hardware, internode_gbytes_per_s=inter.busbw_gbps)
+                    ),
                     efficiency=efficiency,
-                    bandwidth_gbps=bandwidth_gbps,
-                    latency_s=latency_s,
+                    bandwidth_gbps=bandwidth_gbps or (intra.busbw_gbps if intra else None),
+                    latency_s=latency_s if latency_s is not None or not intra else intra.alpha_s,
                     recompute=recompute,
                 )
             )
+    bars, note = ({}, "") if not history else strategy_error_bars(tracking, keys)
+    if fits and bars:  # the stored errors were observed with the runs' own (constant) links
+        bars = {s: {k: b for k, b in kinds.items() if k != "time"} for s, kinds in bars.items()}
+        note += "; no step-time error bars with measured links (observed with the constants)"
+    sources = figure_sources(hardware, fits, efficiency, bandwidth_gbps, latency_s)
+    if calibrated:
+        predictions = [
+            calibrated_prediction(p, bars[p.strategy]) if bars.get(p.strategy) else p
+            for p in predictions
+        ]
     best, reason = recommend(predictions)
     return Plan(
         predictions=predictions,
@@ -174,7 +220,107 @@ def make_plan(
         hardware=_hardware_dict(hardware),
         title=title or "distbench plan",
         dtype=dtype,
-        extra={"warnings": warnings},
+        extra={"warnings": warnings, "sources": sources, "links": link_note},
+        error_bars=bars,
+        calibrated=calibrated,
+        history=note,
+    )
+
+
+def stored_link_fits(tracking: Any, hardware: str) -> tuple[dict[str, LinkFit], str]:
+    """tier -> LinkFit of the store's collectives runs of `hardware`, and a line saying where
+    they came from or why there are none (never raises: the plan falls back to constants)."""
+    from distbench.tracking.pred_history import load_link_fits, store_exists
+    from distbench.tracking.secrets_mask import mask_text
+    from distbench.tracking.sweep import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking, Path.cwd())
+    if uri is None:
+        return {}, "no measured links: tracking=none"
+    where = f"{mask_text(uri)} (experiment {tracking.experiment_name})"
+    if not store_exists(uri):
+        return {}, f"no measured links: no store at {where}"
+    try:
+        fits = load_link_fits(uri, tracking.experiment_name, hardware)
+    except Exception as exc:  # the plan stands on the constants
+        return {}, f"no measured links: {where} could not be read ({type(exc).__name__})"
+    if not fits:
+        return {}, f"no measured links: no collectives run of hardware={hardware} in {where}"
+    tiers = ", ".join(
+        f"{tier}-node {f.busbw_gbps:.3g} GB/s α {f.alpha_s * 1e6:.3g} µs (n={f.num_runs})"
+        for tier, f in sorted(fits.items(), reverse=True)
+    )
+    return fits, f"measured links from {where}: {tiers}"
+
+
+def figure_sources(
+    hardware: HardwareConfig | None,
+    fits: dict[str, LinkFit],
+    efficiency: float | None,
+    bandwidth_gbps: float | None,
+    latency_s: float | None,
+) -> dict[str, str]:
+    """Where the step time's figures came from (figures/links.py): compute rate, links within
+    and between nodes, per-collective latency."""
+    if hardware is None:
+        return {}
+    from distbench.figures.analytic import DEFAULT_LATENCY_S
+
+    intra, inter = fits.get("intra"), fits.get("inter")
+    return {
+        "compute": efficiency_source(efficiency, hardware.peak_source),
+        "intra_node_link": link_source(
+            intra, bandwidth_gbps, hardware.interconnect_gbps, "DEFAULT_CPU_INTERCONNECT_GBPS"
+        ),
+        "inter_node_link": link_source(inter, None, hardware.internode_gbytes_per_s, "")
+        if inter or hardware.internode_gbytes_per_s
+        else "none known (groups across nodes use the intra-node link)",
+        "latency": link_source(
+            intra,
+            latency_s,
+            None,
+            f"DEFAULT_LATENCY_S[{hardware.device}] = "
+            f"{DEFAULT_LATENCY_S.get(hardware.device, 10e-6) * 1e6:g} µs",
+        ),
+    }
+
+
+def run_key_tags(job: Any) -> dict[str, str]:
+    """The tags (pred_error.KEY_TAGS) a run of this job carries (orchestrator.describe)."""
+    from distbench.figures.pred_error import KEY_TAGS
+    from distbench.orchestrator import describe
+
+    tags = describe(job)
+    return {name: tags[name] for name in KEY_TAGS}
+
+
+def strategy_error_bars(
+    tracking: Any, keys: dict[str, dict[str, str]]
+) -> tuple[dict[str, dict[str, ErrorBar]], str]:
+    """strategy -> kind -> ErrorBar from the finished runs in the store `tracking` resolves to
+    (the plan's model and hardware), and a line saying where they came from; ({}, why) when
+    there is no store or it cannot be read."""
+    from distbench.figures.pred_error import pred_key
+    from distbench.tracking.pred_history import load_error_bars, store_exists
+    from distbench.tracking.secrets_mask import mask_text
+    from distbench.tracking.sweep import resolve_tracking_uri
+
+    uri = None if tracking is None else resolve_tracking_uri(tracking, Path.cwd())
+    if uri is None or not keys:
+        return {}, "no error bars: tracking=none"
+    where = f"{mask_text(uri)} (experiment {tracking.experiment_name})"
+    if not store_exists(uri):
+        return {}, f"no error bars: no store at {where}"
+    common = {k: v for k, v in next(iter(keys.values())).items() if k in ("model", "hardware")}
+    try:
+        by_key = load_error_bars(uri, tracking.experiment_name, common)
+    except Exception as exc:  # the plan stands without its error bars
+        return {}, f"no error bars: {where} could not be read ({type(exc).__name__})"
+    bars = {s: by_key[k] for s, tags in keys.items() if (k := pred_key(tags)) in by_key}
+    num_runs = sum(max(b.num_runs for b in kinds.values()) for kinds in bars.values())
+    return bars, (
+        f"error bars (median (pred − measured)/measured ± MAD, n) from {num_runs} finished "
+        f"runs of {len(bars)} of these strategies in {where}"
     )
 
 
@@ -225,11 +371,20 @@ def _hardware_dict(hardware: HardwareConfig | None) -> dict[str, Any]:
 def plan_json(plan: Plan) -> list[dict[str, Any]]:
     """The `--json` document: predictions, then the recommendation object (module docstring)."""
     rows = [
-        {**p.as_dict(), "recommended": p.strategy == plan.recommendation} for p in plan.predictions
+        {
+            **p.as_dict(),
+            "recommended": p.strategy == plan.recommendation,
+            "pred_error": {k: b.as_dict() for k, b in plan.error_bars.get(p.strategy, {}).items()},
+        }
+        for p in plan.predictions
     ]
     rows.append(
         {
             "recommendation": plan.recommendation,
+            "calibrated": plan.calibrated,
+            "history": plan.history,
+            "sources": plan.extra.get("sources", {}),
+            "links": plan.extra.get("links", ""),
             "reason": plan.reason,
             "refused": plan.refused,
             "hardware": plan.hardware,
@@ -246,7 +401,8 @@ def _fmt(value: float | None, fmt: str) -> str:
 def plan_table(plan: Plan) -> Any:
     from rich.table import Table
 
-    table = Table(title=plan.title)
+    cal = " cal." if plan.calibrated else ""
+    table = Table(title=plan.title + (" (calibrated by the error bars)" if cal else ""))
     headers = (
         "strategy",
         "dp×tp×pp z",
@@ -255,20 +411,25 @@ def plan_table(plan: Plan) -> Any:
         "optim",
         "buffers",
         "activ",
-        "total GiB",
+        "total GiB" + cal,
         "fits",
         "comm GB/step",
-        "step s",
+        "step s" + cal,
         "tokens/s",
         "$/1M tok",
     )
     for header in headers:
-        table.add_column(header, justify="left" if header == "strategy" else "right")
+        table.add_column(
+            header,
+            justify="left" if header == "strategy" else "right",
+            no_wrap=header.startswith(("total", "step")),  # the error bar stays on its line
+        )
     for p in plan.predictions:
         mem = p.mem
         fits = {True: "[green]yes[/green]", False: "[red]no[/red]", None: "?"}[p.fits]
         name = f"[bold]{p.strategy} ★[/bold]" if p.strategy == plan.recommendation else p.strategy
         layout = p.layout
+        bars = plan.error_bars.get(p.strategy, {})
         table.add_row(
             name,
             f"{layout.dp}×{layout.tp}×{layout.pp} z{layout.zero_stage}",
@@ -276,10 +437,10 @@ def plan_table(plan: Plan) -> Any:
                 f"{v / GIB:.2f}"
                 for v in (mem.params, mem.grads, mem.optimizer, mem.buffers, mem.activations)
             ),
-            f"{mem.total / GIB:.2f}",
+            with_error(f"{mem.total / GIB:.2f}", bars.get("mem")),
             fits,
             f"{p.comm_bytes_per_step / 1e9:.3g}",
-            _fmt(p.step_time_s, "{:.3g}"),
+            with_error(_fmt(p.step_time_s, "{:.3g}"), bars.get("time")),
             _fmt(p.tokens_per_s, "{:,.0f}"),
             _fmt(p.cost_usd_per_1m_tokens, "{:.4g}"),
         )
@@ -289,7 +450,8 @@ def plan_table(plan: Plan) -> Any:
 def print_plan(plan: Plan) -> None:
     from rich.console import Console
 
-    console = Console(width=max(Console().width, 140))
+    wide = 140 + (40 if plan.error_bars else 0)  # room for two error bars on one line
+    console = Console(width=max(Console().width, wide))
     console.print(plan_table(plan))
     hw = plan.hardware
     if plan.predictions:
@@ -319,6 +481,18 @@ def print_plan(plan: Plan) -> None:
                     "(DeepSpeed's estimator)",
                     highlight=False,
                 )
+    sources = plan.extra.get("sources") or {}
+    if sources:
+        console.print(
+            "figures from: " + "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sources.items()),
+            highlight=False,
+            markup=False,
+        )
+    if plan.extra.get("links"):
+        console.print(plan.extra["links"], highlight=False)
+    if plan.history:
+        how = "; --calibrated divides them out" if not plan.calibrated else ", divided out"
+        console.print(plan.history + (how if plan.error_bars else ""), highlight=False)
     for warning in plan.extra.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     for name, why in plan.refused.items():

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distbench.figures.pred_error import KEY_TAGS, PRED_METRICS, error_bar
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX
 
 # metric, goal ("min" or "max"), label with unit. The headline of every pivot and verdict.
@@ -49,6 +50,7 @@ TAG_COLUMNS = (
     "model",
     "batch",
     "dtype",
+    "precision",
     "hardware",
     "backend",
     "failure_kind",
@@ -57,10 +59,9 @@ TAG_COLUMNS = (
 )
 ID_COLUMNS = ("run_id", "run_name", "status", "start_time", "parent_run_id")
 RANK_MEM = re.compile(r"^peak_mem_gib_rank(\d+)$")
-PRED_COLUMNS = (
-    ("pred_peak_mem_gib", "peak_mem_gib", "mem_pred_rel_err"),
-    ("pred_step_time_s", "step_time_s_p50", "time_pred_rel_err"),
-)
+PRED_COLUMNS = tuple(PRED_METRICS.values())
+# Rows of the per-run prediction-error table (the newest; the plot shows them all).
+MAX_PRED_HISTORY_ROWS = 30
 REPORT_ARTIFACT_DIR = "report"
 
 
@@ -83,6 +84,7 @@ class Selection:
     experiment_id: str
     title: str
     sweep_dir: str | None = None  # the parent's distbench.sweep_dir tag: where its files are
+    history: list[Any] = field(default_factory=list)  # every job's run of the experiment
 
 
 @dataclass(frozen=True)
@@ -244,13 +246,13 @@ def load_runs(
         experiment_id = found.experiment_id
     runs = _all_runs(client, experiment_id)
     sweeps = index_sweeps(runs)
+    jobs = [  # every job's run; `distbench compare` runs are not jobs
+        r
+        for r in runs
+        if r.info.run_id not in sweeps.owners and r.data.tags.get("distbench.kind") != "compare"
+    ]
     if sweep is None:
-        children = [  # every job's run; `distbench compare` runs are not jobs
-            r
-            for r in runs
-            if r.info.run_id not in sweeps.owners and r.data.tags.get("distbench.kind") != "compare"
-        ]
-        return Selection(children, None, experiment_id, f"experiment {experiment}")
+        return Selection(jobs, None, experiment_id, f"experiment {experiment}", history=jobs)
     if RUN_ID.match(sweep):
         parent_run_id = sweep
     else:
@@ -262,7 +264,7 @@ def load_runs(
         raise LookupError(f"run {parent_run_id} has no child runs: not a sweep's parent run")
     title = f"sweep {parent.info.run_name} ({parent_run_id})"
     return Selection(
-        children, parent_run_id, experiment_id, title, parent.data.tags.get(SWEEP_DIR_TAG)
+        children, parent_run_id, experiment_id, title, parent.data.tags.get(SWEEP_DIR_TAG), jobs
     )
 
 
@@ -466,6 +468,66 @@ def pred_vs_measured(df: pd.DataFrame) -> pd.DataFrame:
     return out.dropna(how="all", subset=[c for c in out.columns if c not in cols])
 
 
+def key_labels(df: pd.DataFrame) -> pd.Series:
+    """The prediction key of each run (pred_error.KEY_TAGS: model strategy z<stage> hardware
+    precision) as one label, e.g. `tiny dp z0 cpu fp32`; '?' for a tag the run lacks."""
+    parts = [
+        (("z" if tag == "zero_stage" else "") + df[tag].astype(str)).where(df[tag].notna(), "?")
+        if tag in df
+        else pd.Series("?", index=df.index)
+        for tag in KEY_TAGS
+    ]
+    return pd.concat(parts, axis=1).agg(" ".join, axis=1) if len(df) else pd.Series(dtype=object)
+
+
+def pred_error_history(df: pd.DataFrame, keys: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each finished run's prediction errors in %, oldest first: `start_time`, `run_name`,
+    `key` (key_labels), `<kind>_err_pct` = 100 (pred − measured)/measured for mem and time,
+    and where the run logged them (pred_error.prior_metrics) `<kind>_prior_err_pct`, the
+    median error of the runs before it, and `<kind>_calibrated_err_pct`, the error of its
+    prediction calibrated by that prior. With `keys` (e.g. a sweep's runs), only the runs of
+    the keys it has: the sweep's configurations, through the experiment's history."""
+    df = finished(df)
+    if "start_time" not in df or df.empty:
+        return pd.DataFrame()
+    out = pd.DataFrame({"start_time": df["start_time"], "run_name": df.get("run_name")})
+    out["key"] = key_labels(df)
+    for kind, (pred, measured, err) in PRED_METRICS.items():
+        logged = df[err] if err in df else pd.Series(np.nan, index=df.index)
+        if pred in df and measured in df:
+            logged = logged.fillna((df[pred] - df[measured]) / df[measured])
+        out[f"{kind}_err_pct"] = 100 * logged
+        for suffix, metric in (
+            ("prior", f"{err}_prior"),
+            ("calibrated", f"{kind}_pred_calibrated_rel_err"),
+        ):
+            if metric in df:
+                out[f"{kind}_{suffix}_err_pct"] = 100 * df[metric]
+    out = out.dropna(how="all", subset=[f"{kind}_err_pct" for kind in PRED_METRICS])
+    if keys is not None:
+        out = out[out["key"].isin(set(key_labels(finished(keys))))]
+    return out.sort_values("start_time").reset_index(drop=True)
+
+
+def pred_error_summary(history: pd.DataFrame) -> pd.DataFrame:
+    """Per key of a pred_error_history: the error bar the planner now shows (median ± MAD of
+    the newest pred_error.MAX_RUNS_PER_KEY runs, pred_error.error_bar) and the latest error."""
+    from distbench.figures.pred_error import MAX_RUNS_PER_KEY
+
+    rows = []
+    for key, group in history.groupby("key", sort=True):
+        row: dict[str, Any] = {"key": key, "runs": len(group)}
+        for kind in PRED_METRICS:
+            errs = group[f"{kind}_err_pct"].dropna()
+            bar = error_bar(list(errs.iloc[-MAX_RUNS_PER_KEY:])) if len(errs) else None
+            row[f"{kind}_err_pct"] = (
+                "-" if bar is None else (f"{bar.median_rel_err:+.0f} ±{bar.spread_rel_err:.0f}")
+            )
+            row[f"{kind}_latest_err_pct"] = float(errs.iloc[-1]) if len(errs) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 # --------------------------------------------------------------------------- plots
 
 
@@ -597,6 +659,34 @@ def plot_scaling(df: pd.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+# The issue's targets for the planner (issue 13): memory within 15 %, step time within 30 %.
+PRED_ERROR_TARGET_PCT = {"mem": 15.0, "time": 30.0}
+
+
+def plot_pred_error_history(history: pd.DataFrame, path: Path) -> Path | None:
+    """Prediction error (%) of each run against its start time, one line per key, memory and
+    step time side by side, with the targets (PRED_ERROR_TARGET_PCT) shaded."""
+    if history.empty:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), squeeze=False)
+    for ax, (kind, title) in zip(
+        axes[0], (("mem", "peak memory"), ("time", "step time")), strict=True
+    ):
+        target = PRED_ERROR_TARGET_PCT[kind]
+        ax.axhspan(-target, target, color="green", alpha=0.08, label=f"±{target:.0f} % target")
+        ax.axhline(0.0, color="grey", lw=1)
+        for key, group in history.groupby("key"):
+            points = group.dropna(subset=[f"{kind}_err_pct"])
+            ax.plot(points["start_time"], points[f"{kind}_err_pct"], "o-", ms=4, label=str(key))
+        ax.set_title(f"{title}: (predicted − measured) / measured")
+        ax.set_ylabel("error (%)")
+        ax.grid(alpha=0.3)
+        ax.tick_params(axis="x", labelrotation=30)
+    axes[0][0].legend(fontsize=7)
+    return _save(fig, path)
+
+
 PLOTS = (
     ("throughput_tflops.png", plot_throughput_tflops),
     ("peak_mem_per_rank.png", plot_peak_mem_per_rank),
@@ -706,6 +796,8 @@ class Sections:
     failed: pd.DataFrame
     pred: pd.DataFrame
     scaling: pd.DataFrame  # empty unless some configuration ran at two or more world sizes
+    pred_history: pd.DataFrame  # the prediction errors of these runs' keys, oldest first
+    pred_summary: pd.DataFrame  # the error bar per key
     plots: list[Path]
     num_runs: int
     num_finished: int
@@ -720,8 +812,13 @@ def build_sections(
     title: str,
     experiment_id: str | None = None,
     ui_base: str | None = None,
+    history: pd.DataFrame | None = None,
 ) -> Sections:
+    """The report's tables, views and plots; `history` (the experiment's runs, flat_table) is
+    where the prediction errors of these runs' keys are followed over time (default: df)."""
     plots = [fn(df, out_dir / name) for name, fn in PLOTS]
+    pred_history = pred_error_history(df if history is None else history, keys=df)
+    plots.append(plot_pred_error_history(pred_history, out_dir / "pred_error_over_time.png"))
     scaling = scaling_efficiency(df)
     sections = Sections(
         title=title,
@@ -730,6 +827,8 @@ def build_sections(
         failed=failed_runs(df),
         pred=pred_vs_measured(df),
         scaling=scaling if scales(scaling) else scaling.iloc[0:0],
+        pred_history=pred_history,
+        pred_summary=pred_error_summary(pred_history) if len(pred_history) else pd.DataFrame(),
         plots=[p for p in plots if p is not None],
         num_runs=len(df),
         num_finished=len(finished(df)),
@@ -741,11 +840,26 @@ def build_sections(
         "failed": table_view(sections.failed),
         "pred": table_view(sections.pred),
         "scaling": table_view(sections.scaling),
+        "pred_summary": table_view(sections.pred_summary),
+        "pred_history": table_view(
+            pred_history.iloc[-MAX_PRED_HISTORY_ROWS:].assign(
+                start_time=lambda t: t["start_time"].dt.strftime("%Y-%m-%d %H:%M")
+            )
+            if len(pred_history)
+            else pred_history
+        ),
     }
     return sections
 
 
 NO_SCALING = "no configuration ran at two or more world sizes"
+PRED_ERROR_NOTE = (
+    "error = (predicted − measured) / measured in %, per key (model strategy ZeRO stage "
+    "hardware precision), through every run of the experiment with that key; per key the "
+    "median ± median absolute deviation of the newest runs is the error bar `distbench plan` "
+    "shows; prior = the bar the run was logged with, calibrated = its prediction divided by it. "
+    f"Newest {MAX_PRED_HISTORY_ROWS} runs listed."
+)
 
 
 def render_markdown(s: Sections) -> str:
@@ -762,6 +876,10 @@ def render_markdown(s: Sections) -> str:
         markdown_view(views["failed"]),
         "## Predicted vs measured\n",
         markdown_view(views["pred"]),
+        "## Prediction error over time\n",
+        f"_{PRED_ERROR_NOTE}_\n",
+        markdown_view(views["pred_summary"]),
+        markdown_view(views["pred_history"]),
         "## Scaling efficiency\n",
         markdown_view(views["scaling"]) if views["scaling"].rows else f"_{NO_SCALING}_\n",
     ]
@@ -796,6 +914,7 @@ def render_html(s: Sections) -> str:
         verdict=verdict_lines(s.best),
         views=s.views,
         no_scaling=NO_SCALING,
+        pred_error_note=PRED_ERROR_NOTE,
         relative_links=s.experiment_id is not None and s.ui_base is None,
         plots=[{"name": p.stem, "src": data_uri(p)} for p in s.plots],
     )
@@ -814,11 +933,13 @@ def write_report(
     title: str,
     experiment_id: str | None = None,
     ui_base: str | None = None,
+    history: pd.DataFrame | None = None,
 ) -> tuple[list[Path], Sections]:
     """report.md, report.html, runs.csv and the PNG plots in out_dir; returns the files. Run
-    names link their MLflow run page when `experiment_id` is given (see run_link)."""
+    names link their MLflow run page when `experiment_id` is given (see run_link); `history`
+    (flat_table of the experiment's runs) follows the prediction errors over time."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    sections = build_sections(df, out_dir, title, experiment_id, ui_base)
+    sections = build_sections(df, out_dir, title, experiment_id, ui_base, history)
     md, page = out_dir / "report.md", out_dir / "report.html"
     md.write_text(render_markdown(sections))
     page.write_text(render_html(sections))

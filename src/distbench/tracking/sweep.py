@@ -190,7 +190,7 @@ class SweepCallback(Callback):
                 "num_jobs": str(num_jobs),
                 "overrides": " ".join(mask_override(str(o)) for o in overrides),
             }
-            tags.update(software_tags(Path.cwd()))
+            tags.update(software_tags(project_root()))
             tags.update(reserved_tags(project_root()))
             mlflow = client(uri)
             run = retry(
