@@ -121,6 +121,7 @@ def main(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from distbench.launch.progress import own_lines_to_log
     from distbench.orchestrator import JobCancelled, install_sigterm_handler, precheck, run_job
     from distbench.tools.summary import print_summary
 
@@ -133,7 +134,8 @@ def main(cfg: DictConfig) -> float:
     install_sigterm_handler()
     job_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        outcome = run_job(cfg, job_dir, PROJECT_DIR / "conf", PROJECT_DIR)
+        with own_lines_to_log():  # the orchestrator's "distbench: ..." lines in run.log too
+            outcome = run_job(cfg, job_dir, PROJECT_DIR / "conf", PROJECT_DIR)
     except (KeyboardInterrupt, JobCancelled) as exc:  # recorded as cancelled: stop, no traceback
         print(f"distbench: stopped ({str(exc) or 'Ctrl-C'}); the sweep's parent run is closed")
         sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)

@@ -133,6 +133,34 @@ def test_job_lines_go_to_the_log_files_and_not_twice_to_the_console(tmp_path):
     assert console_stream.getvalue() == ""
 
 
+def test_the_orchestrators_own_lines_reach_run_log_once_and_the_terminal_unchanged(tmp_path):
+    """run.py wraps stdout while the job runs: its "distbench: ..." lines (failures, fallbacks)
+    also go to run.log; other output (step lines, logged where made) is only printed."""
+    root = logging.getLogger()
+    log_file = logging.FileHandler(tmp_path / "run.log")
+    old_level = root.level
+    root.addHandler(log_file)
+    root.setLevel(logging.INFO)
+    terminal = io.StringIO()
+    try:
+        tee = progress.OwnLinesToLog(terminal)
+        tee.write("distbench: job 1 failed (rank_crash): ")
+        tee.write("rank 1 exited 1\n   timed step 2/3  0.300 s\n  distbench: spooled\npartial")
+    finally:
+        root.removeHandler(log_file)
+        root.setLevel(old_level)
+        log_file.close()
+    assert terminal.getvalue() == (
+        "distbench: job 1 failed (rank_crash): rank 1 exited 1\n"
+        "   timed step 2/3  0.300 s\n  distbench: spooled\npartial"
+    )
+    logged = (tmp_path / "run.log").read_text().splitlines()
+    assert logged == [
+        "distbench: job 1 failed (rank_crash): rank 1 exited 1",
+        "  distbench: spooled",
+    ]
+
+
 def test_the_starting_line_has_a_timestamp():
     import datetime
 

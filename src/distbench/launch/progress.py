@@ -14,11 +14,15 @@ job dir), never to a console handler: the line is on stdout already.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import json
 import logging
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -113,6 +117,47 @@ def log_to_files(text: str, logger: logging.Logger = LOGGER) -> int:
             handler.handle(record)
             taken += 1
     return taken
+
+
+class OwnLinesToLog(io.TextIOBase):
+    """A stdout that also hands the orchestrator's own complete lines (those starting with
+    `prefix`, e.g. "distbench: job 1 failed (...)") to the job log's file handlers, so run.log
+    holds what the terminal showed; step lines are logged where they are made (JobProgress)."""
+
+    def __init__(self, stream: TextIO, prefix: str = "distbench:") -> None:
+        self.stream, self.prefix, self.pending = stream, prefix, ""
+
+    def write(self, text: str) -> int:
+        written = self.stream.write(text)
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            if line.lstrip().startswith(self.prefix):
+                log_to_files(line.rstrip())
+        return written
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.stream.encoding
+
+
+@contextlib.contextmanager
+def own_lines_to_log() -> Iterator[None]:
+    """While the job runs, sys.stdout is an OwnLinesToLog around the real one."""
+    real = sys.stdout
+    sys.stdout = OwnLinesToLog(real)
+    try:
+        yield
+    finally:
+        sys.stdout = real
 
 
 class JobProgress:
