@@ -364,6 +364,18 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if compare.regressed_configs(rows) else 0
 
 
+def add_listen_options(
+    parser: argparse.ArgumentParser, host_help: str, workers: int, workers_help: str
+) -> None:
+    """--host, --port, --workers, --timeout-s: how `ui` and `server` bind and wait for /health."""
+    parser.add_argument("--host", default="127.0.0.1", help=host_help)
+    parser.add_argument("--port", type=int, default=5000, help="default 5000")
+    parser.add_argument("--workers", type=int, default=workers, help=workers_help)
+    parser.add_argument(
+        "--timeout-s", type=float, default=180.0, help="wait for /health this long (default 180)"
+    )
+
+
 def add_schedule_options(parser: argparse.ArgumentParser, cron_required: bool = False) -> None:
     help_cron = '5 fields, e.g. "0 2 * * *" (02:00 daily), or a macro such as "@daily"'
     parser.add_argument("--cron", required=cron_required, help=help_cron)
@@ -450,18 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     ui.add_argument(
         "--experiment", default="distbench", help="whose runs page to print (default distbench)"
     )
-    ui.add_argument(
-        "--host", default="127.0.0.1", help="the interface to bind (default 127.0.0.1: this host)"
-    )
-    ui.add_argument("--port", type=int, default=5000, help="default 5000")
-    ui.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="the UI's worker processes (mlflow ui --workers; default 1: one person's browser)",
-    )
-    ui.add_argument(
-        "--timeout-s", type=float, default=180.0, help="wait for /health this long (default 180)"
+    add_listen_options(
+        ui,
+        host_help="the interface to bind (default 127.0.0.1: this host)",
+        workers=1,
+        workers_help="the UI's worker processes (mlflow ui --workers; default 1: one browser)",
     )
     ui.set_defaults(func=_ui)
     sync = sub.add_parser("sync", help="upload a sweep's spooled runs that did not land")
@@ -549,21 +554,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     srv.add_argument("--root", default="mlflow-server", help="default ./mlflow-server")
     srv.add_argument("--artifacts-destination", help="artifact root, default ROOT/artifacts")
-    srv.add_argument(
-        "--host", default="127.0.0.1", help="default 127.0.0.1; 0.0.0.0 to serve other machines"
-    )
-    srv.add_argument("--port", type=int, default=5000, help="default 5000")
-    srv.add_argument(
-        "--workers",
-        type=int,
-        default=2,
-        help="the server's worker processes (mlflow server --workers; default 2)",
+    add_listen_options(
+        srv,
+        host_help="default 127.0.0.1; 0.0.0.0 to serve other machines",
+        workers=2,
+        workers_help="the server's worker processes (mlflow server --workers; default 2)",
     )
     srv.add_argument("--password-file", help="a file whose first line is the password")
     srv.add_argument("--allowed-hosts", help="passed to mlflow server (Host headers it accepts)")
-    srv.add_argument(
-        "--timeout-s", type=float, default=180.0, help="wait for /health this long (default 180)"
-    )
     srv.add_argument("--log-file", help="append the server's output here (default: the terminal)")
     srv.set_defaults(func=_server)
     cmp = sub.add_parser(

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import PROJECT_DIR
+from tests.e2e.tiny_sweep import parents_and_children
 
 pytestmark = pytest.mark.e2e
 
@@ -53,14 +54,8 @@ def test_optuna_search_runs_trials_as_child_runs_and_optuna_gets_the_objective(t
     assert "Sampler: TPESampler" in proc.stderr + proc.stdout  # the Optuna sweeper ran it
     assert "job 1/2 " in proc.stdout and "job 2/2 " in proc.stdout  # n_trials, not the choices
 
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    experiment_id = client.get_experiment_by_name("distbench").experiment_id
-    runs = client.search_runs([experiment_id])
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    trials = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 1 and len(trials) == 2, [r.info.run_name for r in runs]
+    parents, trials = parents_and_children(uri)
+    assert len(parents) == 1 and len(trials) == 2, [r.info.run_name for r in parents + trials]
     assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {parents[0].info.run_id}
     assert {r.info.status for r in trials} == {"FINISHED"}, [
         r.data.tags.get("failure_reason") for r in trials

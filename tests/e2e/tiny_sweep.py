@@ -58,19 +58,13 @@ def run_tiny_sweep(root: Path) -> Sweep:
         timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    experiment_id = client.get_experiment_by_name("distbench").experiment_id
-    runs = client.search_runs([experiment_id])
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 1 and len(children) == 2, [r.info.run_name for r in runs]
+    parents, children = parents_and_children(uri)
+    assert len(parents) == 1 and len(children) == 2, [r.info.run_name for r in parents + children]
     assert {r.info.status for r in children} == {"FINISHED"}
     return Sweep(
         root=root,
         tracking_uri=uri,
-        experiment_id=experiment_id,
+        experiment_id=parents[0].info.experiment_id,
         parent_run_id=parents[0].info.run_id,
         parent_run_name=parents[0].info.run_name,
         child_run_ids=tuple(sorted(r.info.run_id for r in children)),
@@ -83,3 +77,13 @@ def shared_sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
     if "sweep" not in _CACHE:
         _CACHE["sweep"] = run_tiny_sweep(tmp_path_factory.mktemp("tiny_sweep"))
     return _CACHE["sweep"]
+
+
+def parents_and_children(uri: str, experiment: str = "distbench") -> tuple[list, list]:
+    """The experiment's runs read back with MLflow's own client: (sweep parents, child runs)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parents, [r for r in runs if "mlflow.parentRunId" in r.data.tags]

@@ -47,6 +47,8 @@ def test_progress_lines_become_stepped_metrics_at_their_own_time():
     assert ("progress/step_time_s", 0.5, 0, 1_000_250) in points
     assert ("progress/loss", 9.1, 0, 1_000_250) in points
     assert ("progress/mfu_pct", 12.0, 1, 7) in points  # no wall clock: when it was read
+    assert ("progress/warmup", 1.0, 0, 1_000_250) in points  # told apart from timed steps
+    assert ("progress/warmup", 0.0, 1, 7) in points
     assert not [p for p in points if p[0].endswith(("/step", "/num_steps", "/ok", "/time_unix_s"))]
 
 

@@ -43,7 +43,7 @@ from distbench.figures.metrics import (
     train_flops_per_token,
 )
 from distbench.job import Job, Layout
-from distbench.precision import precision_tag
+from distbench.precision import is_mixed, precision_tag
 from distbench.ranks.models import count_params
 
 GB = 1e9
@@ -82,7 +82,6 @@ CPU_RUNTIME_GIB = {"torch": 0.37, "deepspeed": 0.49}
 # workspace. Fitted on this host (2026-11-24, benchmarks/plan_vs_measured.py, tiny and gpt2_2l
 # at 2 ranks: measured peak − prediction without it, 0.06-0.17 GiB torch, 0.10-0.29 DeepSpeed).
 CPU_COMM_RUNTIME_GIB = {"torch": 0.1, "deepspeed": 0.15}
-CPU_RUNTIME_OVERHEAD_GIB = CPU_RUNTIME_GIB["deepspeed"]
 # What CUDA max allocated does not show but a device must hold: the CUDA context and
 # cuBLAS/NCCL workspaces (~0.5-1 GiB on an H100) and the caching allocator's fragmentation.
 # Added when deciding whether a layout fits, not to pred_peak_mem_gib.
@@ -187,7 +186,7 @@ def engine_state_terms(engine: str, dtype: str, precision: str, zero_stage: int)
     4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit"), the fp32 gradient partition
     made at the step (ZeRO-3: for the optimizer sub-group, `sub_group_size`)."""
     w = DTYPE_BYTES[dtype]
-    mixed = dtype != "fp32" and precision == "mixed"
+    mixed = is_mixed(dtype, precision)
     if engine == "torch":
         if mixed:
             return [
@@ -508,7 +507,7 @@ def memory_per_device(
     if data_parallel == "fsdp":  # FSDP2 casts by its MixedPrecisionPolicy, no autocast copies
         terms_spec = [t for t in terms_spec if not t.name.startswith("autocast")]
     by_term = state_term_bytes(terms_spec, shard, layout.dp, stage)
-    mixed = dtype != "fp32" and precision == "mixed"
+    mixed = is_mixed(dtype, precision)
     w = DTYPE_BYTES[dtype]
     weight_bytes = 4 if (mixed and engine == "torch") else w
     sums = {"params": 0.0, "grads": 0.0, "optimizer": 0.0}
@@ -680,6 +679,16 @@ def pp_comm_bytes(
     return 2.0 * num_micro * micro_batch_size * seq_len * hidden_size * act_bytes
 
 
+def default_efficiency(device: str) -> float:
+    """The assumed fraction of the peak a step reaches when nothing measured says otherwise."""
+    return DEFAULT_EFFICIENCY.get(device, 0.4)
+
+
+def default_latency_s(device: str) -> float:
+    """The assumed latency of one collective (s) when neither a flag nor a fit gives one."""
+    return DEFAULT_LATENCY_S.get(device, 10e-6)
+
+
 def pipeline_bubble_fraction(pp: int, num_micro_batches: int) -> float:
     """Idle fraction of a GPipe/1F1B pipeline step: (p−1)/(m+p−1) (Huang et al. 2019 GPipe;
     Narayanan et al. 2021, Megatron-LM 3D, section 2.2)."""
@@ -823,7 +832,7 @@ def predict(
     s, b, m = batch.seq_len, batch.micro_batch_size, batch.grad_accum_steps
     h = model.hidden_size
     precision = job_precision(job)
-    mixed = dtype != "fp32" and precision == "mixed"
+    mixed = is_mixed(dtype, precision)
     # Bytes of the gradients reduced and the parameters gathered: fp32 gradient reduction
     # under bf16-mixed on both engines (communication_data_type / reduce_dtype).
     state = StateBytes(
@@ -925,10 +934,10 @@ def predict(
     num_params = split.total
     flops = train_flops_per_token(split.matmul, split.num_layers, h, s)
     num_tokens = tokens_per_step(b, m, s, layout.dp)
-    eff = efficiency if efficiency is not None else DEFAULT_EFFICIENCY.get(device, 0.4)
+    eff = efficiency if efficiency is not None else default_efficiency(device)
     bw = bandwidth_gbps or hardware.interconnect_gbps or DEFAULT_CPU_INTERCONNECT_GBPS
     internode = hardware_internode_gbytes_per_s(hardware)
-    alpha = latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(device, 10e-6)
+    alpha = latency_s if latency_s is not None else default_latency_s(device)
     spans = {g: group_spans_nodes(g, layout, ranks_per_node) for g in ("dp", "tp", "pp")}
     link = {g: float(internode if spans[g] and internode else bw) for g in spans}
     assumptions = {

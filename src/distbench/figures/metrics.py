@@ -8,7 +8,7 @@ metric name carries its unit. Nothing here imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -176,3 +176,12 @@ def check_mfu(mfu: float | None, peak_tflops_per_device: float | None = None) ->
             "fix conf/hardware or use hardware.peak_source=measured"
         )
     return None
+
+
+def step_spread_pct(metrics: Mapping[str, float]) -> float | None:
+    """A run's step-time spread, how much slower the slow steps are than the typical one:
+    100 * (p90 - p50) / p50 (%); None without both percentiles."""
+    p50, p90 = metrics.get("step_time_s_p50"), metrics.get("step_time_s_p90")
+    if not p50 or p90 is None:
+        return None
+    return 100.0 * max(p90 - p50, 0.0) / p50

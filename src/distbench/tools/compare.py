@@ -48,6 +48,7 @@ from typing import Any
 
 import pandas as pd
 
+from distbench.figures.metrics import step_spread_pct
 from distbench.tools.report import HEADLINE_METRICS, markdown_table
 from distbench.tracking.signature import SIGNATURE_TAG
 
@@ -143,14 +144,6 @@ def check_threshold(threshold_pct: float) -> float:
     if not threshold_pct >= 0:  # also NaN
         raise ValueError(f"--threshold-pct {threshold_pct} must be a percentage >= 0")
     return threshold_pct
-
-
-def step_spread_pct(metrics: Mapping[str, float]) -> float | None:
-    """A run's step-time spread 100 * (p90 - p50) / p50; None without both percentiles."""
-    p50, p90 = metrics.get("step_time_s_p50"), metrics.get("step_time_s_p90")
-    if not p50 or p90 is None:
-        return None
-    return 100.0 * max(p90 - p50, 0.0) / p50
 
 
 def repeat_noise_pct(values: Sequence[float]) -> float:

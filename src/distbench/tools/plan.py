@@ -264,7 +264,7 @@ def figure_sources(
     and between nodes, per-collective latency."""
     if hardware is None:
         return {}
-    from distbench.figures.analytic import DEFAULT_LATENCY_S
+    from distbench.figures.analytic import default_latency_s
 
     intra, inter = fits.get("intra"), fits.get("inter")
     return {
@@ -280,7 +280,7 @@ def figure_sources(
             latency_s,
             None,
             f"DEFAULT_LATENCY_S[{hardware.device}] = "
-            f"{DEFAULT_LATENCY_S.get(hardware.device, 10e-6) * 1e6:g} µs",
+            f"{default_latency_s(hardware.device) * 1e6:g} µs",
         ),
     }
 

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distbench.figures.pred_error import KEY_TAGS, PRED_METRICS, error_bar
+from distbench.figures.pred_error import KEY_TAGS, PRED_ERROR_TARGET_PCT, PRED_METRICS, error_bar
+from distbench.tracking.mlflow_store import RUN_ID
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX
 
 # metric, goal ("min" or "max"), label with unit. The headline of every pivot and verdict.
@@ -72,7 +73,6 @@ SWEEP_FORMS = (
     "'latest', 'previous' (the sweep started just before the candidate, or before the latest), "
     "a sweep's parent run id or run name, or a sweep dir (multirun/DAY/TIME)"
 )
-RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # MLflow's run ids: uuid4 hex
 
 
 @dataclass
@@ -660,7 +660,6 @@ def plot_scaling(df: pd.DataFrame, path: Path) -> Path | None:
 
 
 # The issue's targets for the planner (issue 13): memory within 15 %, step time within 30 %.
-PRED_ERROR_TARGET_PCT = {"mem": 15.0, "time": 30.0}
 
 
 def plot_pred_error_history(history: pd.DataFrame, path: Path) -> Path | None:

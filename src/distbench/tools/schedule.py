@@ -26,6 +26,7 @@ from pathlib import Path
 
 from croniter import CroniterBadDateError, croniter
 
+from distbench.tracking.mlflow_store import RUN_ID
 from distbench.tracking.secrets_mask import mask_text
 
 # name, what it takes: the five fields that cron and Slurm's scrontab both read
@@ -49,7 +50,6 @@ PORTABLE = re.compile(r"^[0-9*,/-]+$")
 PORTABLE_NAMED = re.compile(r"^([0-9*,/-]|[A-Za-z]{3})+$")
 BACKWARDS = re.compile(r"(\d+)-(\d+)")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 MARKER = "# distbench schedule {name} {edge}"
 
 

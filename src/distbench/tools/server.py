@@ -147,6 +147,37 @@ def health_url(host: str, port: int) -> str:
     return f"{client_url(probe, port)}/health"
 
 
+def check_listen(port: int, workers: int) -> None:
+    """ValueError (one line, naming the value) for a port or worker count MLflow cannot use."""
+    if not 0 < port < 65536:
+        raise ValueError(f"--port {port} is not a TCP port; use 1..65535")
+    if workers < 1:
+        raise ValueError(f"--workers {workers} must be at least 1")
+
+
+def listening_plan(
+    argv: list[str],
+    env: dict[str, str],
+    host: str,
+    port: int,
+    backend_uri: str,
+    artifacts: Path | None = None,
+    password_source: str | None = None,
+) -> ServerPlan:
+    """The ServerPlan of an MLflow process bound to host:port: its client and /health URLs."""
+    return ServerPlan(
+        argv=argv,
+        env=env,
+        host=host,
+        port=port,
+        url=client_url(host, port),
+        health_url=health_url(host, port),
+        backend_uri=backend_uri,
+        artifacts=artifacts,
+        password_source=password_source,
+    )
+
+
 def plan_server(
     backend: str | None = None,
     root: Path = DEFAULT_ROOT,
@@ -161,10 +192,7 @@ def plan_server(
     """The `mlflow server` command and its environment (pure but for reading a password file).
     The password is only ever in `env["PGPASSWORD"]`, never in argv or `backend_display`."""
     env = dict(os.environ if env is None else env)
-    if not 0 < port < 65536:
-        raise ValueError(f"--port {port} is not a TCP port; use 1..65535")
-    if workers < 1:
-        raise ValueError(f"--workers {workers} must be at least 1")
+    check_listen(port, workers)
     uri = backend_uri(backend, Path(root))
     password, source = password_for(uri, env, password_file)
     artifacts = Path(artifacts_destination or Path(root) / "artifacts").resolve()
@@ -176,17 +204,7 @@ def plan_server(
     if password is not None:
         env["PGPASSWORD"] = password
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # ~500 MB instead of ~1 GB
-    return ServerPlan(
-        argv=argv,
-        env=env,
-        host=host,
-        port=port,
-        url=client_url(host, port),
-        health_url=health_url(host, port),
-        backend_uri=uri,
-        artifacts=artifacts,
-        password_source=source,
-    )
+    return listening_plan(argv, env, host, port, uri, artifacts, source)
 
 
 def plan_ui(
@@ -198,25 +216,12 @@ def plan_ui(
 ) -> ServerPlan:
     """The `mlflow ui` command of `distbench ui` on a local store (pure): `workers` worker
     processes and no job runners, which the UI of a benchmark's runs does not use."""
-    if not 0 < port < 65536:
-        raise ValueError(f"--port {port} is not a TCP port; use 1..65535")
-    if workers < 1:
-        raise ValueError(f"--workers {workers} must be at least 1")
+    check_listen(port, workers)
     env = dict(os.environ if env is None else env)
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri]
     argv += ["--host", host, "--port", str(port), "--workers", str(workers)]
-    return ServerPlan(
-        argv=argv,
-        env=env,
-        host=host,
-        port=port,
-        url=client_url(host, port),
-        health_url=health_url(host, port),
-        backend_uri=tracking_uri,
-        artifacts=None,
-        password_source=None,
-    )
+    return listening_plan(argv, env, host, port, tracking_uri)
 
 
 # Where MLflow 3's UI hides training runs, in its own words (the sidebar's workflow switch).

@@ -107,17 +107,14 @@ def outcomes_of_runs(runs: list[Any]) -> list[dict[str, Any]]:
     return [outcome_of_run(r) for r in ordered]
 
 
-def spread_pct(p50: float, p90: float) -> float:
-    """How much slower the slow steps are than the typical one: (p90 - p50) / p50 in %."""
-    return 100.0 * (p90 - p50) / p50
-
-
 def table_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """A job's metrics with the table's derived ones added (step_time_s_spread_pct)."""
     out = dict(metrics)
-    p50, p90 = metrics.get("step_time_s_p50"), metrics.get("step_time_s_p90")
-    if p50 and p90 is not None:
-        out["step_time_s_spread_pct"] = spread_pct(p50, p90)
+    from distbench.figures.metrics import step_spread_pct
+
+    spread = step_spread_pct(metrics)
+    if spread is not None:
+        out["step_time_s_spread_pct"] = spread
     return out
 
 

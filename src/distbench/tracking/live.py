@@ -34,6 +34,10 @@ PROGRESS_FILE = "progress.jsonl"
 STEP_TIME_FIELD = "time_unix_s"
 NOT_METRICS = ("step", "num_steps", "phase", STEP_TIME_FIELD)
 PROGRESS_PREFIX = "progress/"  # rank 0's step lines as they happened, apart from the final series
+# A training/inference step line's phase; `progress/warmup` (1 warm-up, 0 timed) marks each step,
+# so the warm-up points of progress/* can be told from the timed ones the final metrics use.
+STEP_PHASES = ("warmup", "timed")
+WARMUP_METRIC = f"{PROGRESS_PREFIX}warmup"
 STREAM_INTERVAL_S = 2.0
 Point = tuple[str, float, int, int]  # (metric, value, step, timestamp in ms)
 
@@ -65,6 +69,9 @@ def step_points(lines: Iterable[dict[str, Any]], fallback_ms: int) -> list[Point
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             if key not in NOT_METRICS and numeric and math.isfinite(value):
                 points.append((f"{PROGRESS_PREFIX}{key}", float(value), line["step"] - 1, ts))
+        if line.get("phase") in STEP_PHASES:  # warm-up steps are not the run's figures: say so
+            warmup = float(line["phase"] == "warmup")
+            points.append((WARMUP_METRIC, warmup, line["step"] - 1, ts))
     return points
 
 

@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 
 from distbench.files import file_lock
 
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # MLflow's run ids: uuid4 hex
+
 T = TypeVar("T")
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limits
 MAX_METRICS_PER_BATCH = 1000

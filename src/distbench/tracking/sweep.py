@@ -55,25 +55,16 @@ def software_tags(project_dir: Path) -> dict[str, str]:
             tags[f"{package.replace('-', '_')}_version"] = metadata.version(package)
         except metadata.PackageNotFoundError:
             tags[f"{package.replace('-', '_')}_version"] = "absent"
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(project_dir), "describe", "--always", "--dirty", "--abbrev=12"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (subprocess.SubprocessError, OSError):
-        sha = "unknown"
-    tags["git_sha"] = sha or "unknown"
+    describe = ("describe", "--always", "--dirty", "--abbrev=12")
+    tags["git_sha"] = git_output(project_dir, *describe) or "unknown"
     return tags
 
 
-def git_commit(project_dir: Path) -> str | None:
-    """The checkout's full commit hash, or None outside a git checkout."""
+def git_output(project_dir: Path, *args: str) -> str | None:
+    """`git -C project_dir ARGS`'s stdout, stripped; None outside a checkout or without git."""
     try:
-        sha = subprocess.run(
-            ["git", "-C", str(project_dir), "rev-parse", "HEAD"],
+        out = subprocess.run(
+            ["git", "-C", str(project_dir), *args],
             capture_output=True,
             text=True,
             timeout=10,
@@ -81,7 +72,12 @@ def git_commit(project_dir: Path) -> str | None:
         ).stdout.strip()
     except (subprocess.SubprocessError, OSError):
         return None
-    return sha or None
+    return out or None
+
+
+def git_commit(project_dir: Path) -> str | None:
+    """The checkout's full commit hash, or None outside a git checkout."""
+    return git_output(project_dir, "rev-parse", "HEAD")
 
 
 def current_user() -> str:

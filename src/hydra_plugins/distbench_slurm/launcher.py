@@ -164,6 +164,7 @@ class DistbenchSlurmLauncher(SlurmLauncher):
         a FAILED run unless the job recorded itself before it ended."""
         from distbench.launch.slurm_state import scheduler_failure, slurm_job_state
         from distbench.orchestrator import record_failure
+        from distbench.tracking.sweep import project_root
 
         cfg, job_dir = self._job_config(overrides, job_num)
         done = job_dir / "outcome.json"
@@ -180,7 +181,7 @@ class DistbenchSlurmLauncher(SlurmLauncher):
                 "failure_reason": reason,
                 "slurm_job_id": str(job.job_id),
             }
-            project_dir = Path(os.environ.get("DISTBENCH_HOME", Path.cwd()))
+            project_dir = project_root()
             outcome = record_failure(cfg, job_dir, project_dir, failure, f"job {job_num + 1}")
         return JobReturn(
             overrides=overrides, status=JobStatus.COMPLETED, _return_value=outcome, cfg=cfg

@@ -199,14 +199,9 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
     """result.json (raw timings, losses, memory) → the logged metrics with their units; with a
     job_dir, the first-step loss is also checked against the single-device reference."""
     num_warmup = result["num_warmup_steps"]
-    model, batch, hw, layout = job.model, job.batch, job.hardware, job.layout
+    model, hw, layout = job.model, job.hardware, job.layout
     params = count_params(model)
-    flops = train_flops_per_token(
-        params["matmul"], model.num_layers, model.hidden_size, batch.seq_len
-    )
-    num_tokens = tokens_per_step(
-        batch.micro_batch_size, batch.grad_accum_steps, batch.seq_len, layout.dp
-    )
+    num_tokens, flops = work_per_step(job)  # the same figures as the live step lines
     metrics = train_metrics(
         step_times_s=result["step_times_s"][num_warmup:],
         losses=result["losses"],
