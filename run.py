@@ -67,17 +67,17 @@ def worst_value(metric: str) -> float:
     return WORST_HIGHER_IS_BETTER if objective_goal(metric) == "max" else WORST_LOWER_IS_BETTER
 
 
-def objective_value(outcome: dict[str, Any], metric: str) -> float:
+def objective_value(outcome: dict[str, Any], metric: str, warn: bool = True) -> float:
     """The value main() returns for a job's outcome: its `metric` when the job measured it (a
     FINISHED job, or one skipped under resume=true whose earlier run FINISHED), else the worst
-    value for the metric's direction (worst_value)."""
+    value for the metric's direction (worst_value). `warn`: say when a measured job lacks it."""
     measured = outcome.get("status") == "FINISHED" or (
         outcome.get("status") == "SKIPPED" and outcome.get("previous_status") == "FINISHED"
     )
     value = (outcome.get("metrics") or {}).get(metric)
     if measured and isinstance(value, int | float) and math.isfinite(value):
         return float(value)
-    if measured:  # a typo in objective= would make every job look failed: say so once per job
+    if measured and warn:  # a typo in objective= would make every job look failed: say so
         known = ", ".join(sorted(outcome.get("metrics") or {})) or "none"
         print(f"distbench: objective={metric} is not a metric of this job (it has: {known})")
     return worst_value(metric)
@@ -124,6 +124,7 @@ def main(cfg: DictConfig) -> float:
     from distbench.launch.progress import own_lines_to_log
     from distbench.orchestrator import JobCancelled, install_sigterm_handler, precheck, run_job
     from distbench.tools.summary import print_summary
+    from distbench.tracking.sweep import trial_budget
 
     single_run = HydraConfig.get().mode == RunMode.RUN
     if single_run:
@@ -143,7 +144,9 @@ def main(cfg: DictConfig) -> float:
         print_summary([outcome], title=f"distbench run {job_dir}")
         if outcome["status"] == "FAILED":
             sys.exit(1)
-    return objective_value(outcome, cfg.objective)
+    # Only a sampling sweeper (Optuna) reads the value: a grid or a single run stays quiet.
+    sampled = trial_budget(HydraConfig.get()) is not None
+    return objective_value(outcome, cfg.objective, warn=sampled)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ timed steps.
     .venv/bin/python benchmarks/plan_vs_measured.py --models tiny --strategies dp,zero3
     .venv/bin/python benchmarks/plan_vs_measured.py --repredict /tmp/pvm-xyz   # no new runs
 
+`--measured-links` first runs `workload=collectives` (world_size as the grid) into the work
+store, then every job with `hardware.link_source=measured`: the predictions' links and latency
+are that run's α-β fit instead of the constants (figures/links.py).
+
 `--keep` keeps the work folder (its path is printed) so `--repredict` can re-predict the same
 measurements after a change to the model. Figures go to benchmarks/results/plan_vs_measured.{csv,
 json,md} (`--out-dir` elsewhere); the last stdout line is one JSON document.
@@ -61,6 +65,7 @@ FIELDS = (
     "job",
     "status",
     "precision",
+    "link_source",
     "measured_peak_gib",
     "pred_peak_gib",
     "mem_err_pct",
@@ -114,6 +119,7 @@ def compare(job_dir: Path) -> dict[str, Any]:
     pred = pred_vs_measured(job, metrics)
     row.update(
         precision=job.precision,
+        link_source=job.hardware.link_source,
         measured_peak_gib=metrics["peak_mem_gib"],
         pred_peak_gib=pred["pred_peak_mem_gib"],
         mem_err_pct=100 * pred["mem_pred_rel_err"],
@@ -167,6 +173,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--repredict", type=Path, help="a kept work folder: predict, run nothing")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--measured-links",
+        action="store_true",
+        help="run workload=collectives first; predict with its α-β fit (hardware.link_source)",
+    )
     parser.add_argument("--out-dir", type=Path, default=PROJECT_DIR / "benchmarks" / "results")
     return parser.parse_args()
 
@@ -175,12 +186,18 @@ def main() -> None:
     args = parse_args()
     if args.repredict:
         work = args.repredict
-        job_dirs = sorted(p.parent for p in work.glob("*/resolved.yaml"))
+        job_dirs = sorted(
+            p.parent for p in work.glob("*/resolved.yaml") if not p.parent.name.startswith("coll")
+        )
     else:
         work = Path(tempfile.mkdtemp(prefix="pvm-"))
         env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work}/mlflow.db")
         steps = [f"workload.num_warmup_steps={args.warmup}", f"workload.num_steps={args.steps}"]
         jobs = grid(args.models.split(","), args.strategies.split(","), args.world_size)
+        if args.measured_links:
+            links = ["workload=collectives", f"world_size={args.world_size}"]
+            run_job(f"collectives-ws{args.world_size}", links, work, [], env)
+            jobs = [(name, [*o, "hardware.link_source=measured"]) for name, o in jobs]
         job_dirs = [run_job(name, overrides, work, steps, env) for name, overrides in jobs]
     rows = [compare(d) for d in job_dirs]
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

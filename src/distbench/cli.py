@@ -18,6 +18,10 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the CLI starts fast: report (pandas, mlflow) is imported by the commands
+    from distbench.tools.report import Selection
 
 
 def _one_line(exc: BaseException) -> str:
@@ -108,9 +112,7 @@ def _sync(args: argparse.Namespace) -> int:
 def _summary(args: argparse.Namespace) -> int:
     """A sweep dir's table from its own files, offline; any other form of a sweep (report's)
     from MLflow: from the sweep's dir when it is on this machine, else from its child runs."""
-    from distbench.tools import report
     from distbench.tools.summary import load_outcomes, outcomes_of_runs, print_summary
-    from distbench.tracking.mlflow_store import check_uri
 
     if Path(args.sweep).is_dir():
         outcomes = load_outcomes(Path(args.sweep))
@@ -120,14 +122,8 @@ def _summary(args: argparse.Namespace) -> int:
         print_summary(outcomes, title=str(args.sweep))
         return 0
     uri = _store_uri(args)
-    try:
-        check_uri(uri)
-        selection = report.load_runs(uri, args.sweep, args.experiment)
-    except (LookupError, ValueError) as exc:
-        print(f"distbench: summary: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # the store itself: unreachable, refused
-        print(f"distbench: summary: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+    selection = _load_sweep("summary", uri, args.sweep, args.experiment)
+    if selection is None:
         return 2
     recorded = Path(selection.sweep_dir) if selection.sweep_dir else None
     outcomes = load_outcomes(recorded) if recorded and recorded.is_dir() else []
@@ -259,20 +255,30 @@ def _resolve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> int:
+def _load_sweep(
+    command: str, uri: str, sweep: str | None, experiment: str | None
+) -> Selection | None:
+    """report.load_runs' selection of a sweep, or None after a one-line error on stderr."""
     from distbench.tools import report
     from distbench.tracking.mlflow_store import check_uri
 
-    uri = _store_uri(args)
-    sweep = args.sweep if args.sweep or args.experiment else "latest"
     try:
         check_uri(uri)
-        selection = report.load_runs(uri, sweep, args.experiment or "distbench")
+        return report.load_runs(uri, sweep, experiment)
     except (LookupError, ValueError) as exc:
-        print(f"distbench: report: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        print(f"distbench: {command}: {_one_line(exc)}", file=sys.stderr)
     except Exception as exc:  # the store itself: unreachable, refused
-        print(f"distbench: report: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        print(f"distbench: {command}: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+    return None
+
+
+def _report(args: argparse.Namespace) -> int:
+    from distbench.tools import report
+
+    uri = _store_uri(args)
+    sweep = args.sweep if args.sweep or args.experiment else "latest"
+    selection = _load_sweep("report", uri, sweep, args.experiment or "distbench")
+    if selection is None:
         return 2
     df = report.flat_table(selection.runs)
     out = Path(args.out)

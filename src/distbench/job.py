@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose import checks
-from distbench.compose.hardware import resolve_hardware
+from distbench.compose.hardware import apply_measured_links, resolve_hardware
 from distbench.compose.schema import (
     BatchConfig,
     ConfigError,
@@ -337,11 +337,17 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
     hardware_tree = resolve_hardware(
         OmegaConf.to_container(cfg.hardware, resolve=True), conf_dir, dtypes=[workload.dtype]
     )
+    tracking = _node(cfg, "tracking", TrackingConfig)
+    if hardware_tree.get("link_source") == "measured":
+        from distbench.tracking.sweep import resolve_tracking_uri
+
+        uri = resolve_tracking_uri(tracking, Path.cwd())
+        apply_measured_links(hardware_tree, uri, tracking.experiment_name)
     job = Job(
         workload=workload,
         workload_module=spec.module,
         hardware=_typed(HardwareConfig, hardware_tree),
-        tracking=_node(cfg, "tracking", TrackingConfig),
+        tracking=tracking,
         limits=_node(cfg, "limits", LimitsConfig),
         fault=_node(cfg, "fault", FaultConfig),
         layout=layout,

@@ -40,7 +40,7 @@ from distbench.launch.topology import SLURM_JOB_ENV, plan_launch, slurm_job_id
 from distbench.launch.watchdog import Watchdog
 from distbench.launch.workers import remove_shm_leftovers, run_workers, worker_env
 from distbench.orphans import mark_owner
-from distbench.tracking.live import forget_live
+from distbench.tracking.live import forget_live, now_ms
 from distbench.tracking.pred_history import prior_errors
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG, run_signature
 from distbench.workloads import Measured, host_metrics, registry
@@ -255,10 +255,10 @@ def sweep_naming() -> tuple[int | None, list[str]]:
     hydra_cfg = HydraConfig.get()
     if OmegaConf.is_missing(hydra_cfg.job, "num"):  # the sweep's process (a launcher), no job
         return None, []
-    from distbench.tracking.sweep import SWEPT_KEYS_ENV
+    from distbench.tracking.sweep import SWEPT_KEYS_ENV, trial_budget
 
     swept_keys = [k for k in os.environ.get(SWEPT_KEYS_ENV, "").split(",") if k]
-    trial = hydra_cfg.job.num if hydra_cfg.sweeper.get("n_trials") is not None else None
+    trial = hydra_cfg.job.num if trial_budget(hydra_cfg) is not None else None
     return trial, swept_values(list(hydra_cfg.overrides.task), swept_keys)
 
 
@@ -785,7 +785,7 @@ def _finish(
     uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
     if uri is None:
         return outcome
-    start_ms, end_ms = times_ms or (wall_ms(started), int(time.time() * 1000))
+    start_ms, end_ms = times_ms or (wall_ms(started), now_ms())
     # The params: the job's tree (only the active workload's node), or for a config that did
     # not resolve, what was composed.
     config_tree = mask_tree(job.tree() if job else _composed_tree(cfg))

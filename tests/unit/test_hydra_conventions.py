@@ -232,6 +232,9 @@ def test_objective_value_of_outcomes(capsys):
     capsys.readouterr()
     assert run.objective_value(finished, "througput") == 0.0  # a typo: worst, and said
     assert "objective=througput is not a metric of this job" in capsys.readouterr().out
+    # A single run or a grid sweep: no sampler reads the value, nothing to say.
+    assert run.objective_value(finished, "througput", warn=False) == 0.0
+    assert capsys.readouterr().out == ""
 
 
 def test_objective_is_a_config_key_outside_the_signature():

@@ -319,3 +319,61 @@ def test_the_plan_uses_the_stored_collectives_fit_and_names_it(tmp_path):
     elsewhere = make_plan([*OVERRIDES, "tracking=none"], ["dp"], measured_links=True)
     assert "tracking=none" in elsewhere.extra["links"]
     assert elsewhere.predictions[0].assumptions["bandwidth_gbps"] == 0.25  # the fallback
+
+
+def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, capsys):
+    """hardware.link_source=measured: the job's own hardware figures (resolved.yaml, the
+    logged pred_*) are the store's collectives fit; without one the catalog stays, said once."""
+    from distbench.compose import hardware as hw_module
+
+    hw_module._LINK_WARNED.clear()  # said once per process: an earlier test may have said it
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    measured = [*OVERRIDES, f"tracking.uri={uri}", "hardware.link_source=measured"]
+    no_store = resolve_job(compose_config(measured), CONF_DIR).hardware
+    assert (
+        no_store.link_source == "catalog" and "no MLflow store" in no_store.link_calibration_error
+    )
+    assert no_store.interconnect_gbps is None and no_store.link_latency_us is None
+    assert capsys.readouterr().out.count("link_source=measured") == 1
+    client = MlflowClient(uri)
+    experiment_id = client.create_experiment("distbench")
+    wrong_hw = {"workload": "collectives", "hardware": "h100_sxm", "num_nodes": "1"}
+    for tags, busbw in (({**wrong_hw, "hardware": "cpu"}, 0.8), (wrong_hw, 400.0)):
+        run_id = client.create_run(experiment_id, tags=tags).info.run_id
+        client.log_metric(run_id, "alpha_s.all_reduce", 3e-4)
+        client.log_metric(run_id, "beta_busbw_gbps.all_reduce", busbw)
+        client.set_terminated(run_id, "FINISHED")
+    hw_module._LINK_FITS_CACHE.clear()
+    job = resolve_job(compose_config(measured), CONF_DIR)
+    hw = job.hardware
+    assert hw.link_source == "measured" and hw.link_calibration_error is None
+    assert hw.interconnect_gbps == pytest.approx(0.8)  # this hardware's run, not the H100's
+    assert hw.link_latency_us == pytest.approx(300.0)
+    pred = predict(job)
+    assert pred.assumptions["bandwidth_gbps"] == pytest.approx(0.8)
+    assert pred.assumptions["latency_s"] == pytest.approx(3e-4)
+    catalog = predict(resolve_job(compose_config([*OVERRIDES, f"tracking.uri={uri}"]), CONF_DIR))
+    assert catalog.assumptions["bandwidth_gbps"] == 0.25
+    assert pred.time_s["comm"] < catalog.time_s["comm"]  # 0.8 GB/s against the 0.25 constant
+
+
+def test_search_layouts_carry_the_error_bars_of_their_strategys_stored_runs(tmp_path):
+    from distbench.tools.plan import search_json, search_layouts
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    log_runs(uri, dp_tags(), time_errs=[0.2, 0.4], mem_errs=[0.1, 0.1])
+    found = search_layouts([*OVERRIDES, f"tracking.uri={uri}"], micro_batches=(1, 2))
+    with_bars = {label for label in found.error_bars}
+    # dp_tags() is DeepSpeed's dp at ZeRO-0: its layouts (any micro batch), nothing else
+    assert with_bars and all(label.startswith("deepspeed ") for label in with_bars)
+    assert all(" z0 " in label for label in with_bars)
+    assert {label for label, _ in found.ranked if " z0 " in label and "deepspeed" in label} == (
+        with_bars
+    )
+    assert "from 2 finished runs" in found.history  # one key's runs, counted once
+    doc = search_json(found)
+    row = next(r for r in doc["ranked"] if r["layout"] in with_bars)
+    assert row["pred_error"]["time"]["num_runs"] == 2
+    assert all(r["pred_error"] == {} for r in doc["ranked"] if r["layout"] not in with_bars)
+    bare = search_layouts([*OVERRIDES, f"tracking.uri={uri}"], micro_batches=(1,), history=False)
+    assert bare.error_bars == {} and bare.history == ""

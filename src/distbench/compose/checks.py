@@ -56,10 +56,11 @@ def resolve_degrees(world_size: int, dp: int, tp: int, pp: int) -> tuple[int, in
 
 
 def common(cfg: DictConfig) -> None:
-    """What every job checks: tracking backend, peak source, step counts, limits.* (positive,
-    finite times; a positive memory cap) and fault.* (a fault on an existing rank)."""
+    """What every job checks: tracking backend, peak and link sources, step counts, limits.*
+    (positive, finite times; a positive memory cap) and fault.* (a fault on an existing rank)."""
     one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
     one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
+    one_of("hardware.link_source", cfg.hardware.link_source, ("catalog", "measured"))
     positive("world_size", cfg.world_size)
     positive("workload.num_steps", cfg.workload.num_steps)
     if cfg.workload.num_warmup_steps < 0:

@@ -131,6 +131,61 @@ def apply_measured_peaks(hw: dict, dtypes: Iterable[str] | None = None) -> dict:
     return hw
 
 
+# (tracking URI, experiment, hardware) -> (monotonic time read, fits): a sweep or a plan
+# --search resolves many jobs in one process; the store is read again after this long.
+_LINK_FITS_CACHE: dict[tuple[str, str, str], tuple[float, dict]] = {}
+LINK_FITS_CACHE_S = 60.0
+_LINK_WARNED: set[str] = set()
+
+
+def apply_measured_links(hw: dict, tracking_uri: str | None, experiment: str) -> dict:
+    """`link_source=measured`: replace hw's link figures by the α-β fits of the collectives runs
+    of this hardware in the store (figures/links.py: the median per tier): interconnect_gbps
+    by the intra-node bus bandwidth, internode_gbytes_per_s by the inter-node one,
+    link_latency_us by the intra-node α. A tier with no run keeps its figure. Without a store
+    or any fit it keeps them all, sets `link_source=catalog` and says why in
+    `link_calibration_error` (resolved.yaml and the run's params carry it)."""
+    import time
+
+    from distbench.tracking.pred_history import load_link_fits, store_exists
+
+    def give_up(why: str) -> dict:
+        hw["link_source"] = "catalog"
+        hw["link_calibration_error"] = why[:500]
+        if why not in _LINK_WARNED:  # a plan resolves every strategy: say it once
+            _LINK_WARNED.add(why)
+            print(f"distbench: hardware.link_source=measured: {why}; using the catalog links")
+        return hw
+
+    if tracking_uri is None:
+        return give_up("tracking=none: no store to read collectives runs from")
+    if not store_exists(tracking_uri):
+        return give_up("no MLflow store yet (run workload=collectives first)")
+    key = (tracking_uri, experiment, hw["name"])
+    cached = _LINK_FITS_CACHE.get(key)
+    if cached and time.monotonic() - cached[0] < LINK_FITS_CACHE_S:
+        fits = cached[1]
+    else:
+        try:
+            fits = load_link_fits(tracking_uri, experiment, hw["name"])
+        except Exception as exc:  # a job is never lost to its calibration
+            return give_up(f"the store could not be read ({type(exc).__name__})")
+        if fits:  # none yet: a collectives job of the same sweep may log one next
+            _LINK_FITS_CACHE[key] = (time.monotonic(), fits)
+    if not fits:
+        return give_up(
+            f"no finished workload=collectives run of hardware={hw['name']} in experiment "
+            f"{experiment} (run: python run.py workload=collectives hardware={hw['name']})"
+        )
+    if "intra" in fits:
+        hw["interconnect_gbps"] = fits["intra"].busbw_gbps
+        hw["link_latency_us"] = fits["intra"].alpha_s * 1e6
+    if "inter" in fits:
+        hw["internode_gbytes_per_s"] = fits["inter"].busbw_gbps
+    hw["link_source"] = "measured"
+    return hw
+
+
 def measured_peak_tflops(
     device: str, dtype: str, threads: int, device_name: str, timeout_s: float = 600.0
 ) -> float:

@@ -121,6 +121,13 @@ class HardwareConfig:
     catalog_peak_tflops_bf16: float | None = None
     catalog_peak_tflops_fp16: float | None = None
     peak_calibration_error: str | None = None
+    # catalog: the link figures above; measured: the α-β fits of the collectives runs of this
+    # hardware in the run's own MLflow store (figures/links.py), filled in at compose time:
+    # interconnect_gbps and internode_gbytes_per_s ← each tier's bus bandwidth,
+    # link_latency_us ← the intra-node α. None latency: analytic.DEFAULT_LATENCY_S.
+    link_source: str = "catalog"
+    link_latency_us: float | None = None
+    link_calibration_error: str | None = None
 
 
 @dataclass

@@ -937,7 +937,10 @@ def predict(
     eff = efficiency if efficiency is not None else default_efficiency(device)
     bw = bandwidth_gbps or hardware.interconnect_gbps or DEFAULT_CPU_INTERCONNECT_GBPS
     internode = hardware_internode_gbytes_per_s(hardware)
-    alpha = latency_s if latency_s is not None else default_latency_s(device)
+    alpha = latency_s
+    if alpha is None:  # hardware.link_source=measured fills link_latency_us
+        measured_us = getattr(hardware, "link_latency_us", None)
+        alpha = measured_us * 1e-6 if measured_us is not None else default_latency_s(device)
     spans = {g: group_spans_nodes(g, layout, ranks_per_node) for g in ("dp", "tp", "pp")}
     link = {g: float(internode if spans[g] and internode else bw) for g in spans}
     assumptions = {

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import io
-import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -26,6 +25,8 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from distbench.tracking.live import ProgressTail
 
 LOGGER = logging.getLogger("distbench.job")
 KIB = 1024
@@ -164,9 +165,9 @@ class JobProgress:
     """Context manager: call update() while the workers run."""
 
     def __init__(self, title: str, total_steps: int, progress_file: Path) -> None:
-        self.title, self.total_steps, self.progress_file = title, total_steps, progress_file
+        self.title, self.total_steps = title, total_steps
+        self.progress = ProgressTail(progress_file)
         self.console = Console()
-        self.num_lines_seen = 0
         self.bar: Progress | None = None
 
     def __enter__(self) -> JobProgress:
@@ -190,17 +191,8 @@ class JobProgress:
             print(starting, flush=True)
         return self
 
-    def _new_lines(self) -> list[dict[str, Any]]:
-        if not self.progress_file.exists():
-            return []
-        lines = self.progress_file.read_text().splitlines()
-        complete = [ln for ln in lines if ln.endswith("}")]
-        new = complete[self.num_lines_seen :]
-        self.num_lines_seen = len(complete)
-        return [json.loads(ln) for ln in new]
-
     def update(self) -> None:
-        for line in self._new_lines():
+        for line in self.progress.new_lines():
             text = format_step_line(line)
             log_to_files(text)
             if self.bar is not None:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ import pandas as pd
 
 from distbench.figures.metrics import step_spread_pct
 from distbench.tools.report import HEADLINE_METRICS, markdown_table
+from distbench.tracking.live import now_ms
 from distbench.tracking.signature import SIGNATURE_TAG
 
 KIND_TAG = "distbench.kind"
@@ -418,7 +418,7 @@ def log_comparison(
             retry(lambda p=path: mlflow.log_artifact(run_id, str(p), COMPARE_ARTIFACT_DIR))
     from mlflow.entities import Metric, Param
 
-    now_ms = int(time.time() * 1000)
+    logged_ms = now_ms()
     params = {
         "baseline_run_id": baseline_run_id,
         "candidate_run_id": candidate_run_id,
@@ -434,7 +434,7 @@ def log_comparison(
         lambda: mlflow.log_batch(
             run_id,
             params=[Param(k, v) for k, v in params.items()],
-            metrics=[Metric(k, float(v), now_ms, 0) for k, v in values.items()],
+            metrics=[Metric(k, float(v), logged_ms, 0) for k, v in values.items()],
         )
     )
     note = f"**distbench compare**: {verdict}; {summary_line(rows, threshold_pct)}"

@@ -227,19 +227,30 @@ def make_plan(
     )
 
 
-def stored_link_fits(tracking: Any, hardware: str) -> tuple[dict[str, LinkFit], str]:
-    """tier -> LinkFit of the store's collectives runs of `hardware`, and a line saying where
-    they came from or why there are none (never raises: the plan falls back to constants)."""
-    from distbench.tracking.pred_history import load_link_fits, store_exists
+def open_store(tracking: Any, what: str) -> tuple[str | None, str]:
+    """(the tracking URI, where: the store and experiment, masked) when `tracking` names a
+    store that exists; else (None, a line saying why there are no `what`)."""
+    from distbench.tracking.pred_history import store_exists
     from distbench.tracking.secrets_mask import mask_text
     from distbench.tracking.sweep import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking, Path.cwd())
+    uri = None if tracking is None else resolve_tracking_uri(tracking, Path.cwd())
     if uri is None:
-        return {}, "no measured links: tracking=none"
+        return None, f"no {what}: tracking=none"
     where = f"{mask_text(uri)} (experiment {tracking.experiment_name})"
     if not store_exists(uri):
-        return {}, f"no measured links: no store at {where}"
+        return None, f"no {what}: no store at {where}"
+    return uri, where
+
+
+def stored_link_fits(tracking: Any, hardware: str) -> tuple[dict[str, LinkFit], str]:
+    """tier -> LinkFit of the store's collectives runs of `hardware`, and a line saying where
+    they came from or why there are none (never raises: the plan falls back to constants)."""
+    from distbench.tracking.pred_history import load_link_fits
+
+    uri, where = open_store(tracking, "measured links")
+    if uri is None:
+        return {}, where
     try:
         fits = load_link_fits(uri, tracking.experiment_name, hardware)
     except Exception as exc:  # the plan stands on the constants
@@ -267,20 +278,30 @@ def figure_sources(
     from distbench.figures.analytic import default_latency_s
 
     intra, inter = fits.get("intra"), fits.get("inter")
+    figure = (  # hardware.link_source=measured resolved the fits into the hardware's figures
+        "the hardware's figure (hardware.link_source=measured: the store's collectives α-β fit)"
+        if hardware.link_source == "measured"
+        else "the hardware's figure"
+    )
     return {
         "compute": efficiency_source(efficiency, hardware.peak_source),
         "intra_node_link": link_source(
-            intra, bandwidth_gbps, hardware.interconnect_gbps, "DEFAULT_CPU_INTERCONNECT_GBPS"
+            intra,
+            bandwidth_gbps,
+            hardware.interconnect_gbps,
+            "DEFAULT_CPU_INTERCONNECT_GBPS",
+            figure,
         ),
-        "inter_node_link": link_source(inter, None, hardware.internode_gbytes_per_s, "")
+        "inter_node_link": link_source(inter, None, hardware.internode_gbytes_per_s, "", figure)
         if inter or hardware.internode_gbytes_per_s
         else "none known (groups across nodes use the intra-node link)",
         "latency": link_source(
             intra,
             latency_s,
-            None,
+            hardware.link_latency_us,
             f"DEFAULT_LATENCY_S[{hardware.device}] = "
             f"{default_latency_s(hardware.device) * 1e6:g} µs",
+            figure,
         ),
     }
 
@@ -301,26 +322,23 @@ def strategy_error_bars(
     (the plan's model and hardware), and a line saying where they came from; ({}, why) when
     there is no store or it cannot be read."""
     from distbench.figures.pred_error import pred_key
-    from distbench.tracking.pred_history import load_error_bars, store_exists
-    from distbench.tracking.secrets_mask import mask_text
-    from distbench.tracking.sweep import resolve_tracking_uri
+    from distbench.tracking.pred_history import load_error_bars
 
-    uri = None if tracking is None else resolve_tracking_uri(tracking, Path.cwd())
-    if uri is None or not keys:
-        return {}, "no error bars: tracking=none"
-    where = f"{mask_text(uri)} (experiment {tracking.experiment_name})"
-    if not store_exists(uri):
-        return {}, f"no error bars: no store at {where}"
+    uri, where = open_store(tracking if keys else None, "error bars")
+    if uri is None:
+        return {}, where
     common = {k: v for k, v in next(iter(keys.values())).items() if k in ("model", "hardware")}
     try:
         by_key = load_error_bars(uri, tracking.experiment_name, common)
     except Exception as exc:  # the plan stands without its error bars
         return {}, f"no error bars: {where} could not be read ({type(exc).__name__})"
-    bars = {s: by_key[k] for s, tags in keys.items() if (k := pred_key(tags)) in by_key}
-    num_runs = sum(max(b.num_runs for b in kinds.values()) for kinds in bars.values())
+    found = {s: k for s, tags in keys.items() if (k := pred_key(tags)) in by_key}
+    bars = {s: by_key[k] for s, k in found.items()}
+    # rows may share a key (--search: layouts of one strategy file): count each key's runs once
+    num_runs = sum(max(b.num_runs for b in by_key[k].values()) for k in set(found.values()))
     return bars, (
         f"error bars (median (pred − measured)/measured ± MAD, n) from {num_runs} finished "
-        f"runs of {len(bars)} of these strategies in {where}"
+        f"runs, for {len(bars)} of these {len(keys)} rows, in {where}"
     )
 
 
@@ -521,6 +539,10 @@ class Search:
     refused: dict[str, str]
     title: str
     warnings: list[str] = field(default_factory=list)
+    # layout -> kind -> the error bar of the stored runs of its key (pred_error.KEY_TAGS: the
+    # model, strategy file, ZeRO stage, hardware and precision, at whatever degrees they ran)
+    error_bars: dict[str, dict[str, ErrorBar]] = field(default_factory=dict)
+    history: str = ""  # where the error bars came from, or why there are none
 
 
 def _degrees(world_size: int) -> list[tuple[int, int]]:
@@ -535,10 +557,12 @@ def search_layouts(
     micro_batches: tuple[int, ...] = SEARCH_MICRO_BATCHES,
     efficiency: float | None = None,
     recompute: bool = False,
+    history: bool = True,
 ) -> Search:
     """`distbench plan --search`: derive every layout the engines allow from SEARCH_BASES at
     the overrides' world size, resolve each exactly as run.py would (refusals keep the
-    engine's one-line reason), predict it, and rank those that fit by tokens/s."""
+    engine's one-line reason), predict it, and rank those that fit by tokens/s. With
+    `history`, each carries the error bar of its key's stored runs (strategy_error_bars)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
@@ -552,8 +576,10 @@ def search_layouts(
     overrides, _ = _split_strategy_override(list(overrides))
     ranked: list[tuple[str, Prediction]] = []
     refused: dict[str, str] = {}
+    keys: dict[str, dict[str, str]] = {}
     warnings: list[str] = []
     title = "distbench plan --search"
+    tracking = None
     hardware: HardwareConfig | None = None
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         for engine, base, stages in SEARCH_BASES:
@@ -579,7 +605,7 @@ def search_layouts(
                     refused[label] = str(exc)
                     continue
                 if hardware is None:
-                    hardware = job.hardware
+                    hardware, tracking = job.hardware, job.tracking
                     warnings = batch_warnings(job, overrides)
                     title = (
                         f"distbench plan --search: model={job.model.name} "
@@ -595,14 +621,23 @@ def search_layouts(
                     )
                     continue
                 ranked.append((label, p))
+                keys[label] = run_key_tags(job)
     ranked.sort(key=lambda item: -(item[1].tokens_per_s or 0.0))
-    return Search(ranked=ranked, refused=refused, title=title, warnings=warnings)
+    bars, note = strategy_error_bars(tracking, keys) if history else ({}, "")
+    return Search(ranked, refused, title, warnings, error_bars=bars, history=note)
 
 
 def search_json(search: Search) -> dict[str, Any]:
     """`--search --json`: {ranked: [{layout, engine, ...prediction}], refused: {layout: why}}."""
     return {
-        "ranked": [{"layout": label, **p.as_dict()} for label, p in search.ranked],
+        "ranked": [
+            {
+                "layout": label,
+                **p.as_dict(),
+                "pred_error": {k: b.as_dict() for k, b in search.error_bars.get(label, {}).items()},
+            }
+            for label, p in search.ranked
+        ],
         "refused": search.refused,
         "warnings": search.warnings,
     }
@@ -612,16 +647,17 @@ def print_search(search: Search, top: int = 15) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 140))
+    console = Console(width=max(Console().width, 140 + (40 if search.error_bars else 0)))
     table = Table(title=search.title)
     for header in ("#", "layout", "total GiB", "step s", "tokens/s", "comm GB/step", "$/1M tok"):
         table.add_column(header, justify="left" if header == "layout" else "right")
     for i, (label, p) in enumerate(search.ranked[:top], 1):
+        bars = search.error_bars.get(label, {})
         table.add_row(
             str(i),
             label,
-            f"{p.mem.total / GIB:.2f}",
-            _fmt(p.step_time_s, "{:.3g}"),
+            with_error(f"{p.mem.total / GIB:.2f}", bars.get("mem")),
+            with_error(_fmt(p.step_time_s, "{:.3g}"), bars.get("time")),
             _fmt(p.tokens_per_s, "{:,.0f}"),
             f"{p.comm_bytes_per_step / 1e9:.3g}",
             _fmt(p.cost_usd_per_1m_tokens, "{:.4g}"),
@@ -648,6 +684,8 @@ def print_search(search: Search, top: int = 15) -> None:
         console.print(f"  does not fit in device memory: {'; '.join(memory)}", highlight=False)
     for why, labels in by_reason.items():
         console.print(f"  {why}: {'; '.join(_collapse_micro_batches(labels))}", highlight=False)
+    if search.history:
+        console.print(search.history, highlight=False)
     for warning in search.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
 

@@ -29,7 +29,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from distbench.figures.pred_error import KEY_TAGS, PRED_ERROR_TARGET_PCT, PRED_METRICS, error_bar
+from distbench.figures.pred_error import (
+    KEY_TAGS,
+    PRED_ERROR_TARGET_PCT,
+    PRED_METRICS,
+    error_bar,
+    run_rel_errs,
+)
 from distbench.tracking.mlflow_store import RUN_ID
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX
 
@@ -492,11 +498,13 @@ def pred_error_history(df: pd.DataFrame, keys: pd.DataFrame | None = None) -> pd
         return pd.DataFrame()
     out = pd.DataFrame({"start_time": df["start_time"], "run_name": df.get("run_name")})
     out["key"] = key_labels(df)
-    for kind, (pred, measured, err) in PRED_METRICS.items():
-        logged = df[err] if err in df else pd.Series(np.nan, index=df.index)
-        if pred in df and measured in df:
-            logged = logged.fillna((df[pred] - df[measured]) / df[measured])
-        out[f"{kind}_err_pct"] = 100 * logged
+    metric_columns = [c for c in df.columns if any(c in cols for cols in PRED_COLUMNS)]
+    rel_errs = [
+        run_rel_errs({k: v for k, v in row.items() if pd.notna(v)})
+        for row in df[metric_columns].to_dict("records")
+    ]
+    for kind, (_, _, err) in PRED_METRICS.items():
+        out[f"{kind}_err_pct"] = [100 * errs.get(kind, np.nan) for errs in rel_errs]
         for suffix, metric in (
             ("prior", f"{err}_prior"),
             ("calibrated", f"{kind}_pred_calibrated_rel_err"),

@@ -57,6 +57,26 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
     return out
 
 
+class ProgressTail:
+    """Reads a progress.jsonl as it grows: each call of new_lines() returns the complete lines
+    appended since the previous call (a line being written waits for its newline)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def new_lines(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        return parse_lines(data[:end].decode(errors="replace"))
+
+
 def step_points(lines: Iterable[dict[str, Any]], fallback_ms: int) -> list[Point]:
     """Each numeric field of each progress line as a stepped metric `progress/<field>` at step
     `step - 1` (0-based, as the final series), timestamped by the line's wall clock (else
@@ -122,7 +142,7 @@ class LiveRun:
         self.tracking_uri, self.run_id, self.job_dir = tracking_uri, run_id, job_dir
         self.system_interval_s = interval_s
         self.error: str | None = None
-        self._offset = 0
+        self._progress = ProgressTail(job_dir / PROGRESS_FILE)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._monitor: Any = None
@@ -134,23 +154,11 @@ class LiveRun:
             self._monitor = system_monitor(self.tracking_uri, self.run_id, self.system_interval_s)
         return self
 
-    def _new_lines(self) -> list[dict[str, Any]]:
-        """Lines appended since the last call (only complete ones: a partial line waits)."""
-        try:
-            with (self.job_dir / PROGRESS_FILE).open("rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except OSError:
-            return []
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        return parse_lines(data[:end].decode(errors="replace"))
-
     def poll(self) -> None:
         """Log the lines written since the last poll."""
         if self.error is not None:
             return
-        points = step_points(self._new_lines(), now_ms())
+        points = step_points(self._progress.new_lines(), now_ms())
         if not points:
             return
         from distbench.tracking.mlflow_store import log_points
@@ -209,21 +217,19 @@ def start_live_run(
     from distbench.tracking.mlflow_store import client, ensure_experiment, retry
     from distbench.tracking.spool import (
         ATTEMPT_ID_TAG,
+        ATTEMPT_TAG,
         INCOMPLETE_TAG,
         JOB_DIR_TAG,
-        _attempt_tags,
-        _runs_of_job_dir,
+        PREVIOUS_RUN_TAG,
         job_lock,
+        next_attempt_tags,
     )
 
     job_dir = job_dir.absolute()
     experiment_id = ensure_experiment(tracking_uri, experiment_name)
     attempt_id = uuid.uuid4().hex
     with job_lock(job_dir):
-        earlier = _runs_of_job_dir(tracking_uri, experiment_id, job_dir)
-        attempt = _attempt_tags(tracking_uri, earlier, None, None)
-        from distbench.tracking.spool import ATTEMPT_TAG, PREVIOUS_RUN_TAG
-
+        attempt = next_attempt_tags(tracking_uri, experiment_id, job_dir)
         info: dict[str, Any] = {
             "attempt_id": attempt_id,
             "attempt": int(attempt[ATTEMPT_TAG]),

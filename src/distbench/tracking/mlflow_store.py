@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from distbench.files import file_lock
+from distbench.tracking.live import now_ms
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")  # MLflow's run ids: uuid4 hex
 
@@ -358,7 +359,7 @@ def log_child_run(
         ),
         tracking_uri=tracking_uri,
     ).info.run_id
-    end_ms = end_time_ms or int(time.time() * 1000)
+    end_ms = end_time_ms or now_ms()
     stamped = [*stamped_metrics(metrics, series, end_ms), *points]
     try:
         fill_run(tracking_uri, run_id, params, stamped, {}, artifacts, failed, end_ms)

@@ -75,19 +75,18 @@ def log_summary(
     tracking_uri: str, parent_run_id: str, outcomes: list[dict[str, Any]], num_jobs: int | None
 ) -> None:
     """Log sweep_summary() on the parent run (one batch)."""
-    import time
-
     from mlflow.entities import Metric, RunTag
 
+    from distbench.tracking.live import now_ms
     from distbench.tracking.mlflow_store import client, retry
 
     metrics, tags = sweep_summary(outcomes, num_jobs)
-    now_ms = int(time.time() * 1000)
+    logged_ms = now_ms()
     mlflow = client(tracking_uri)
     retry(
         lambda: mlflow.log_batch(
             parent_run_id,
-            metrics=[Metric(k, v, now_ms, 0) for k, v in metrics.items()],
+            metrics=[Metric(k, v, logged_ms, 0) for k, v in metrics.items()],
             tags=[RunTag(k, v) for k, v in tags.items()],
         ),
         tracking_uri=tracking_uri,

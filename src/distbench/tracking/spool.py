@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from distbench.files import file_lock, write_json_atomic
+from distbench.tracking.live import now_ms
 from distbench.tracking.mlflow_store import (
     StoreUnavailable,
     client,
@@ -115,6 +115,13 @@ def _attempt_tags(
     return tags
 
 
+def next_attempt_tags(tracking_uri: str, experiment_id: str, job_dir: Path) -> dict[str, str]:
+    """The attempt tags of a new attempt of the job in job_dir, numbered on from the newest
+    complete run tagged with that dir. Call it holding job_lock(job_dir)."""
+    earlier = _runs_of_job_dir(tracking_uri, experiment_id, job_dir)
+    return _attempt_tags(tracking_uri, earlier, None, None)
+
+
 def upload(
     tracking_uri: str,
     job_dir: Path,
@@ -200,7 +207,7 @@ def _fill_live(tracking_uri: str, run: Any, payload: dict[str, Any], job_dir: Pa
     from distbench.tracking.mlflow_store import fill_run, stamped_metrics
 
     run_id = run.info.run_id
-    end_ms = payload.get("end_time_ms") or int(time.time() * 1000)
+    end_ms = payload.get("end_time_ms") or now_ms()
     series, points = _payload_points(payload)
     stamped = stamped_metrics(payload["metrics"], series, end_ms) + _not_streamed(
         tracking_uri, run_id, points

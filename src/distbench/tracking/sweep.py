@@ -124,13 +124,25 @@ def count_sweep_jobs(task_overrides: list[str], sweeper_params: dict[str, Any]) 
         return None
 
 
-def num_sweep_jobs(hydra_cfg: Any, task_overrides: list[str]) -> int | None:
-    """How many jobs the sweep will run: a sampling sweeper's trial budget (Optuna's
-    `n_trials`: its choices and ranges are drawn from, not expanded), else the grid's size."""
+def trial_budget(hydra_cfg: Any) -> int | None:
+    """A sampling sweeper's trial budget (Optuna's `n_trials`: its choices and ranges are drawn
+    from, not expanded); None for a grid sweep."""
     n_trials = hydra_cfg.sweeper.get("n_trials")
-    if n_trials is not None:
-        return int(n_trials)
-    return count_sweep_jobs(task_overrides, dict(hydra_cfg.sweeper.get("params") or {}))
+    return None if n_trials is None else int(n_trials)
+
+
+def sweeper_params(hydra_cfg: Any) -> dict[str, Any]:
+    """The sweeper's `params` (a grid or search space set in config, not on the command line)."""
+    return dict(hydra_cfg.sweeper.get("params") or {})
+
+
+def num_sweep_jobs(hydra_cfg: Any, task_overrides: list[str]) -> int | None:
+    """How many jobs the sweep will run: a sampling sweeper's trial budget, else the grid's
+    size."""
+    budget = trial_budget(hydra_cfg)
+    if budget is not None:
+        return budget
+    return count_sweep_jobs(task_overrides, sweeper_params(hydra_cfg))
 
 
 def require_writable(output_dir: Path) -> None:
@@ -171,9 +183,10 @@ class SweepCallback(Callback):
         num_jobs = num_sweep_jobs(hydra_cfg, overrides)
         if num_jobs:
             os.environ[NUM_JOBS_ENV] = str(num_jobs)
-        swept: dict[str, str] = {}
+        swept: dict[str, str] = {}  # the swept keys and their values as typed, secrets masked
         with contextlib.suppress(Exception):  # unparseable: run names show no swept values
-            swept = varied_params(overrides, dict(hydra_cfg.sweeper.get("params") or {}))
+            masked = [mask_override(str(o)) for o in overrides]
+            swept = varied_params(masked, sweeper_params(hydra_cfg))
         os.environ[SWEPT_KEYS_ENV] = ",".join(swept)
         uri = resolve_tracking_uri(config.tracking, Path.cwd())
         if uri is None:
@@ -195,7 +208,7 @@ class SweepCallback(Callback):
                 ),
                 tracking_uri=uri,
             )
-            self._log_varied(uri, run.info.run_id, overrides, hydra_cfg)
+            self._log_swept(uri, run.info.run_id, swept)
         except Exception as exc:  # tracking must never take the sweep down
             why = mask_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             print(
@@ -231,16 +244,13 @@ class SweepCallback(Callback):
         os.environ.pop(SWEPT_KEYS_ENV, None)
 
     @staticmethod
-    def _log_varied(uri: str, run_id: str, overrides: list[str], hydra_cfg: Any) -> None:
+    def _log_swept(uri: str, run_id: str, swept: dict[str, str]) -> None:
         """The swept keys as the parent's params (a failure leaves the parent without them)."""
         from mlflow.entities import Param
 
-        sweeper_params = dict(hydra_cfg.sweeper.get("params") or {})
         with contextlib.suppress(Exception):
-            params = varied_params([mask_override(str(o)) for o in overrides], sweeper_params)
-            mlflow = client(uri)
-            batch = [Param(k, mask_text(v)[:6000]) for k, v in sorted(params.items())][:100]
-            retry(lambda: mlflow.log_batch(run_id, params=batch), tracking_uri=uri)
+            batch = [Param(k, mask_text(v)[:6000]) for k, v in sorted(swept.items())][:100]
+            retry(lambda: client(uri).log_batch(run_id, params=batch), tracking_uri=uri)
 
     def _close_parent_at_exit(self) -> None:
         """The sweep died before on_multirun_end: mark its parent KILLED, quietly."""

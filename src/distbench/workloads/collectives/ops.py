@@ -157,18 +157,12 @@ def expected(op: str, bufs: dict[str, Any], rank: int, n: int):
     return out, _base(out.numel(), out.device) * ((rank - 1) % n + 1)
 
 
-def check_error(op: str, bufs: dict[str, Any], rank: int, n: int) -> float:
-    """Largest relative deviation of this rank's result from the expected values."""
-    out, want = expected(op, bufs, rank, n)
-    return float(((out.double() - want).abs() / want.abs().clamp(min=1.0)).max().item())
-
-
-def count_wrong(op: str, bufs: dict[str, Any], rank: int, n: int, rtol: float) -> int:
-    """Elements of this rank's result further than `rtol` (relative) from the expected values:
-    nccl-tests' #wrong column."""
+def check(op: str, bufs: dict[str, Any], rank: int, n: int, rtol: float) -> tuple[float, int]:
+    """(largest relative deviation of this rank's result from the expected values, elements
+    further than `rtol` from them: nccl-tests' #wrong column)."""
     out, want = expected(op, bufs, rank, n)
     rel = (out.double() - want).abs() / want.abs().clamp(min=1.0)
-    return int((rel > rtol).sum().item())
+    return float(rel.max().item()), int((rel > rtol).sum().item())
 
 
 def native_supported(op: str, device: str) -> bool:

@@ -65,8 +65,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
             emulate = op in emulated
             co.fill(op, bufs, rank, n)
             co.call(op, bufs, rank, n, emulate)
-            err = co.check_error(op, bufs, rank, n)
-            num_wrong = co.count_wrong(op, bufs, rank, n, co.CHECK_RTOL[c.dtype])
+            err, num_wrong = co.check(op, bufs, rank, n, co.CHECK_RTOL[c.dtype])
             if err > co.CHECK_RTOL[c.dtype]:
                 raise RuntimeError(
                     f"{op} on {n} ranks, {count * element_bytes} bytes: rank {rank}'s result "
