@@ -292,3 +292,39 @@ def test_llama3_8b_single_pure_bf16_fits_an_h100_as_it_did():
     pure = ["workload.dtype=bf16", "workload.precision=pure", "strategy=single", "world_size=1"]
     p = _predict(["model=llama3_8b", *pure])
     assert p.fits is True and p.mem.total / GIB == pytest.approx(62.5, rel=0.15)
+
+
+def test_adamw_step_is_memory_bound_over_the_devices_shard():
+    # 7 fp32 values per parameter (p, g, m, v read; p, m, v written), + the bf16 copy if mixed
+    assert analytic.optimizer_step_s(1e9, 4, False, 2000.0) == pytest.approx(28e9 / 2000e9)
+    assert analytic.optimizer_step_s(1e9, 4, True, 2000.0) == pytest.approx(30e9 / 2000e9)
+    assert analytic.optimizer_step_s(1e9, 4, False, None) == 0.0  # CPU: inside the efficiency
+    hbm = dataclasses.replace(H100, mem_bandwidth_gbps=3350.0)
+    base = ["model=llama_1b", "world_size=8", "workload.dtype=bf16"]
+    dp = _predict([*base, "strategy=dp"], hbm)
+    zero1 = _predict([*base, "strategy=zero1"], hbm)
+    assert dp.time_s["optimizer"] == pytest.approx(dp.num_params * 30 / 3350e9, rel=0.02)
+    assert zero1.time_s["optimizer"] == pytest.approx(dp.time_s["optimizer"] / 8, rel=0.02)
+    assert _predict([*base, "strategy=dp"], dataclasses.replace(H100, mem_bandwidth_gbps=None))
+    offload = _predict([*base, "strategy=zero3_offload"], hbm)
+    assert offload.time_s["optimizer"] == 0.0  # the host's Adam, in the offload term
+
+
+def test_torch_data_parallel_traffic_hides_under_compute_on_gpus_only():
+    base = ["model=llama_1b", "world_size=8", "workload.dtype=bf16", "batch=medium"]
+    for strategy in ("ddp", "fsdp"):
+        p = _predict([*base, f"strategy={strategy}"])
+        hidden = p.assumptions["comm_hidden_s"]
+        assert 0 < hidden <= p.time_s["compute"], strategy
+        assert p.time_s["comm"] > 0, strategy  # the last bucket / one layer stays exposed
+        assert p.step_time_s == pytest.approx(sum(p.time_s.values()))
+    deepspeed = _predict([*base, "strategy=zero3"])
+    assert deepspeed.assumptions["comm_hidden_s"] == 0.0  # overlap_comm false in conf/ds_zero
+    assert analytic.hidden_comm_s("torch", "ddp", "cpu", 1.0, 0.5, 1e9, 16) == 0.0  # one core
+    # DDP: at most backward (2/3 of compute) hides; at least the last 25 MiB bucket shows
+    assert analytic.hidden_comm_s("torch", "ddp", "cuda", 0.3, 1.0, 1e9, 16) == pytest.approx(0.2)
+    bucket_s = 1.0 * analytic.DDP_BUCKET_BYTES / 1e9
+    assert analytic.hidden_comm_s("torch", "ddp", "cuda", 9.0, 1.0, 1e9, 16) == pytest.approx(
+        1.0 - bucket_s
+    )
+    assert analytic.hidden_comm_s("torch", "fsdp", "cuda", 9.0, 1.6, 1e9, 16) == pytest.approx(1.5)

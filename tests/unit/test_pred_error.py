@@ -28,6 +28,7 @@ from distbench.job import resolve_job
 from distbench.tools import report
 from distbench.tools.plan import make_plan, plan_json, plan_table, run_key_tags
 from distbench.tracking.pred_history import finished_runs, prior_errors, store_exists
+from distbench.tracking.signature import run_signature
 from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
@@ -333,7 +334,7 @@ def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, 
     assert (
         no_store.link_source == "catalog" and "no MLflow store" in no_store.link_calibration_error
     )
-    assert no_store.interconnect_gbps is None and no_store.link_latency_us is None
+    assert no_store.measured_interconnect_gbps is None and no_store.link_latency_us is None
     assert capsys.readouterr().out.count("link_source=measured") == 1
     client = MlflowClient(uri)
     experiment_id = client.create_experiment("distbench")
@@ -347,14 +348,19 @@ def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, 
     job = resolve_job(compose_config(measured), CONF_DIR)
     hw = job.hardware
     assert hw.link_source == "measured" and hw.link_calibration_error is None
-    assert hw.interconnect_gbps == pytest.approx(0.8)  # this hardware's run, not the H100's
+    assert hw.measured_interconnect_gbps == pytest.approx(0.8)  # this hardware's, not the H100's
     assert hw.link_latency_us == pytest.approx(300.0)
+    assert hw.interconnect_gbps is None  # the catalog figure stays beside it
     pred = predict(job)
     assert pred.assumptions["bandwidth_gbps"] == pytest.approx(0.8)
     assert pred.assumptions["latency_s"] == pytest.approx(3e-4)
     catalog = predict(resolve_job(compose_config([*OVERRIDES, f"tracking.uri={uri}"]), CONF_DIR))
     assert catalog.assumptions["bandwidth_gbps"] == 0.25
     assert pred.time_s["comm"] < catalog.time_s["comm"]  # 0.8 GB/s against the 0.25 constant
+    # Prediction inputs only: a run with measured links pairs with one without (compare, resume)
+    assert run_signature(job.tree()) == run_signature(
+        resolve_job(compose_config([*OVERRIDES, f"tracking.uri={uri}"]), CONF_DIR).tree()
+    )
 
 
 def test_search_layouts_carry_the_error_bars_of_their_strategys_stored_runs(tmp_path):

@@ -139,11 +139,11 @@ _LINK_WARNED: set[str] = set()
 
 
 def apply_measured_links(hw: dict, tracking_uri: str | None, experiment: str) -> dict:
-    """`link_source=measured`: replace hw's link figures by the α-β fits of the collectives runs
-    of this hardware in the store (figures/links.py: the median per tier): interconnect_gbps
-    by the intra-node bus bandwidth, internode_gbytes_per_s by the inter-node one,
-    link_latency_us by the intra-node α. A tier with no run keeps its figure. Without a store
-    or any fit it keeps them all, sets `link_source=catalog` and says why in
+    """`link_source=measured`: the α-β fits of the collectives runs of this hardware in the
+    store (figures/links.py: the median per tier) into hw: measured_interconnect_gbps (the
+    intra-node bus bandwidth), measured_internode_gbytes_per_s (the inter-node one),
+    link_latency_us (the intra-node α); predictions prefer them to the catalog figures, which
+    stay. Without a store or any fit it sets `link_source=catalog` and says why in
     `link_calibration_error` (resolved.yaml and the run's params carry it)."""
     import time
 
@@ -178,10 +178,10 @@ def apply_measured_links(hw: dict, tracking_uri: str | None, experiment: str) ->
             f"{experiment} (run: python run.py workload=collectives hardware={hw['name']})"
         )
     if "intra" in fits:
-        hw["interconnect_gbps"] = fits["intra"].busbw_gbps
+        hw["measured_interconnect_gbps"] = fits["intra"].busbw_gbps
         hw["link_latency_us"] = fits["intra"].alpha_s * 1e6
     if "inter" in fits:
-        hw["internode_gbytes_per_s"] = fits["inter"].busbw_gbps
+        hw["measured_internode_gbytes_per_s"] = fits["inter"].busbw_gbps
     hw["link_source"] = "measured"
     return hw
 

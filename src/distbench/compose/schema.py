@@ -105,6 +105,9 @@ class HardwareConfig:
     peak_tflops_bf16: float | None = None
     peak_tflops_fp16: float | None = None
     mem_gib: float | None = None
+    # Device memory bandwidth, GB/s (HBM; datasheet): the optimizer step's rate
+    # (analytic.optimizer_step_s). None: no separate term (CPU: inside the measured efficiency).
+    mem_bandwidth_gbps: float | None = None
     interconnect_gbps: float | None = None  # GB/s per device within a node (NVLink, PCIe)
     # GB/s per device between nodes (its NIC: 400 Gb/s InfiniBand NDR = 50 GB/s); a collective
     # whose group spans nodes runs at this rate (figures/analytic.py). None: one node only.
@@ -122,10 +125,12 @@ class HardwareConfig:
     catalog_peak_tflops_fp16: float | None = None
     peak_calibration_error: str | None = None
     # catalog: the link figures above; measured: the α-β fits of the collectives runs of this
-    # hardware in the run's own MLflow store (figures/links.py), filled in at compose time:
-    # interconnect_gbps and internode_gbytes_per_s ← each tier's bus bandwidth,
-    # link_latency_us ← the intra-node α. None latency: analytic.DEFAULT_LATENCY_S.
+    # hardware in the run's own MLflow store (figures/links.py), filled in at compose time into
+    # the measured_* fields (each tier's bus bandwidth) and link_latency_us (the intra-node α),
+    # which predictions prefer. Prediction inputs only: not part of the run's signature.
     link_source: str = "catalog"
+    measured_interconnect_gbps: float | None = None
+    measured_internode_gbytes_per_s: float | None = None
     link_latency_us: float | None = None
     link_calibration_error: str | None = None
 

@@ -24,8 +24,14 @@ Every byte is named (`Memory.terms`) and has its source:
   the CUDA context (CUDA_CONTEXT_GIB) and fragmentation.
 - communication per group on its link: a group within a node on hardware.interconnect_gbps
   (NVLink), one across nodes on hardware.internode_gbytes_per_s (the NIC per GPU).
-- not modelled: overlap of communication with compute (conf/ds_zero sets overlap_comm false),
-  activation checkpointing unless --recompute, kernels' own workspaces.
+- step time = compute + bubble + exposed communication + optimizer step + offload. Exposed:
+  on GPUs the torch engine's data-parallel traffic runs under compute (`hidden_comm_s`:
+  DDP's gradient buckets under backward, FSDP2's prefetched gathers and reduce-scatters under
+  forward and backward); DeepSpeed runs with overlap_comm false (conf/ds_zero) and CPU ranks
+  have one core for both, so nothing hides there. The optimizer step is memory-bound
+  (`optimizer_step_s`: AdamW's bytes over hardware.mem_bandwidth_gbps); on CPU, where no
+  bandwidth is catalogued, it stays inside the measured efficiency.
+- not modelled: activation checkpointing unless --recompute, kernels' own workspaces.
 """
 
 from __future__ import annotations
@@ -702,6 +708,53 @@ def comm_time_s(
     return num_collectives * latency_s + num_bytes / (bandwidth_gbps * GB)
 
 
+# DDP's default bucket (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25): the last
+# one is reduced after backward ends, so at least its time is exposed.
+DDP_BUCKET_BYTES = 25 * 1024**2
+# Backward is 2/3 of a step's FLOPs (6N: 2N forward, 4N backward).
+BACKWARD_FRACTION = 2 / 3
+
+
+def hidden_comm_s(
+    engine: str,
+    data_parallel: str | None,
+    device: str,
+    compute_s: float,
+    dp_comm_s: float,
+    dp_comm_bytes: float,
+    num_layers: float,
+) -> float:
+    """Seconds of the data-parallel communication that run under compute, on GPUs, for the
+    torch engine. DDP launches each gradient bucket's all-reduce as backward fills it (Li et
+    al. 2020, "PyTorch Distributed", VLDB): all but the last bucket can hide under backward.
+    FSDP2 prefetches the next layer's all-gather and reduce-scatters the last one's gradients
+    while a layer computes (torchtitan's defaults): all but about one layer's traffic can
+    hide under forward and backward. DeepSpeed here runs with overlap_comm false
+    (conf/ds_zero), and a CPU rank has one core for its compute and its gloo traffic: 0."""
+    if device != "cuda" or engine != "torch" or dp_comm_s <= 0:
+        return 0.0
+    if data_parallel == "ddp":
+        last_bucket_s = dp_comm_s * min(1.0, DDP_BUCKET_BYTES / max(dp_comm_bytes, 1.0))
+        return max(0.0, min(dp_comm_s - last_bucket_s, BACKWARD_FRACTION * compute_s))
+    if data_parallel == "fsdp":
+        one_layer_s = dp_comm_s / max(num_layers, 1.0)
+        return max(0.0, min(dp_comm_s - one_layer_s, compute_s))
+    return 0.0
+
+
+def optimizer_step_s(
+    num_params: float, state_bytes: int, mixed: bool, mem_bandwidth_gbps: float | None
+) -> float:
+    """AdamW's step over the parameters a device updates, memory-bound: it reads the parameter,
+    its gradient and both moments and writes the parameter and both moments (7 values of
+    `state_bytes`; the fused and foreach kernels touch each once), plus the bf16 copy a mixed
+    recipe writes back. 0 without a device bandwidth (CPU: inside the measured efficiency)."""
+    if not mem_bandwidth_gbps:
+        return 0.0
+    bytes_per_param = 7 * state_bytes + (2 if mixed else 0)
+    return num_params * bytes_per_param / (mem_bandwidth_gbps * GB)
+
+
 def group_spans_nodes(group: str, layout: Layout, ranks_per_node: int) -> bool:
     """Whether a dp, tp or pp group crosses a node boundary. Ranks are
     arange(world).view(dp, pp, tp), tp fastest (engines/__init__.py): a tp group is tp
@@ -812,11 +865,14 @@ def predict(
 ) -> Prediction:
     """Predict one training job (its model, batch, layout and resolved hardware).
 
-    step time = compute + pipeline bubble + exposed communication + offload, where
+    step time = compute + pipeline bubble + exposed communication + optimizer + offload, where
       compute  = model FLOPs per token (metrics.train_flops_per_token: 6N + 12·L·h·s) × this
                  device's tokens / (peak TFLOP/s of the dtype × efficiency)
       bubble   = compute × (p−1)/m, i.e. (p−1)/(m+p−1) of the pipelined time
-      comm     = α-β time of every byte: conf/ds_zero sets overlap_comm false, so nothing hides
+      comm     = α-β time of every byte, less what runs under compute (hidden_comm_s: the
+                 torch engine's data-parallel traffic on GPUs; DeepSpeed's overlap_comm is
+                 false in conf/ds_zero); assumptions["comm_hidden_s"] holds the hidden part
+      optimizer= AdamW's memory-bound step over this device's shard (optimizer_step_s)
       offload  = host-link traffic at HOST_LINK_GBPS + the host Adam (GPU devices only)
     job.hardware is resolved (hardware.resolve_hardware): peak_tflops_<dtype>, mem_gib,
     interconnect_gbps (GB/s), price_usd_per_hour. Without a peak, times are None. The
@@ -935,11 +991,19 @@ def predict(
     flops = train_flops_per_token(split.matmul, split.num_layers, h, s)
     num_tokens = tokens_per_step(b, m, s, layout.dp)
     eff = efficiency if efficiency is not None else default_efficiency(device)
-    bw = bandwidth_gbps or hardware.interconnect_gbps or DEFAULT_CPU_INTERCONNECT_GBPS
-    internode = hardware_internode_gbytes_per_s(hardware)
+    measured = hardware.link_source == "measured"  # the store's collectives fit, if any
+    bw = (
+        bandwidth_gbps
+        or (measured and hardware.measured_interconnect_gbps)
+        or hardware.interconnect_gbps
+        or DEFAULT_CPU_INTERCONNECT_GBPS
+    )
+    internode = (
+        measured and hardware.measured_internode_gbytes_per_s
+    ) or hardware_internode_gbytes_per_s(hardware)
     alpha = latency_s
-    if alpha is None:  # hardware.link_source=measured fills link_latency_us
-        measured_us = getattr(hardware, "link_latency_us", None)
+    if alpha is None:
+        measured_us = hardware.link_latency_us if measured else None
         alpha = measured_us * 1e-6 if measured_us is not None else default_latency_s(device)
     spans = {g: group_spans_nodes(g, layout, ranks_per_node) for g in ("dp", "tp", "pp")}
     link = {g: float(internode if spans[g] and internode else bw) for g in spans}
@@ -962,11 +1026,31 @@ def predict(
     if peak:
         device_flops = flops * b * m * s / (layout.tp * layout.pp)
         compute = device_flops / (float(peak) * 1e12 * eff)
+        comm_s = {g: comm_time_s(comm[g], link[g], collectives[g], alpha) for g in comm}
+        hidden = hidden_comm_s(
+            job.engine,
+            strategy.data_parallel,
+            device,
+            compute,
+            comm_s["dp"],
+            comm["dp"],
+            layers_local,
+        )
+        assumptions["comm_hidden_s"] = hidden
+        # Pure bf16 keeps its AdamW states in bf16; fp32 and the mixed recipes in fp32.
+        state_value_bytes = 4 if mixed or dtype == "fp32" else DTYPE_BYTES[dtype]
+        optimizer_params = shard if layout.zero_stage == 0 else shard_dp  # ZeRO-1+, FSDP: a shard
         time_s = {
             "compute": compute,
             "bubble": compute * (layout.pp - 1) / m,
-            "comm": sum(
-                comm_time_s(comm[g], link[g], collectives[g], alpha) for g in ("dp", "tp", "pp")
+            "comm": sum(comm_s.values()) - hidden,  # exposed
+            "optimizer": 0.0
+            if offload_optimizer and not device_is_host  # the host's Adam: in offload
+            else optimizer_step_s(
+                optimizer_params,
+                state_value_bytes,
+                mixed,
+                hardware.mem_bandwidth_gbps,
             ),
             "offload": offload_s,
         }

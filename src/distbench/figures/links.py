@@ -63,20 +63,16 @@ def link_fits(runs: Iterable[Any], op: str = FIT_COLLECTIVE) -> dict[str, LinkFi
 
 
 def link_source(
-    fit: LinkFit | None,
-    override: float | None,
-    hardware_figure: float | None,
-    constant: str,
-    hardware_label: str = "the hardware's figure",
+    fit: LinkFit | None, override: float | None, hardware_gbps: float | None, constant: str
 ) -> str:
     """Where a link figure came from, for the plan's output: the option, the fit, the
-    hardware's figure (`hardware_label` says what filled it) or the constant it fell back to."""
+    hardware's figure or the constant it fell back to."""
     if override is not None:
         return "the command line"
     if fit is not None:
         return f"the α-β fit of {fit.num_runs} stored collectives run(s) ({FIT_COLLECTIVE} busbw)"
-    if hardware_figure is not None and hardware_figure > 0:
-        return hardware_label
+    if hardware_gbps:
+        return "the hardware's figure"
     return f"{constant} (constant)"
 
 

@@ -278,30 +278,31 @@ def figure_sources(
     from distbench.figures.analytic import default_latency_s
 
     intra, inter = fits.get("intra"), fits.get("inter")
-    figure = (  # hardware.link_source=measured resolved the fits into the hardware's figures
-        "the hardware's figure (hardware.link_source=measured: the store's collectives α-β fit)"
-        if hardware.link_source == "measured"
-        else "the hardware's figure"
-    )
+    measured = "the store's collectives α-β fit (hardware.link_source=measured)"
+    resolved = hardware.link_source == "measured"  # the fits, resolved into the hardware
+    intra_figure = (resolved and hardware.measured_interconnect_gbps) or None
+    inter_figure = (resolved and hardware.measured_internode_gbytes_per_s) or None
+    latency_figure = hardware.link_latency_us if resolved else None
     return {
         "compute": efficiency_source(efficiency, hardware.peak_source),
-        "intra_node_link": link_source(
-            intra,
-            bandwidth_gbps,
-            hardware.interconnect_gbps,
-            "DEFAULT_CPU_INTERCONNECT_GBPS",
-            figure,
+        "intra_node_link": measured
+        if intra_figure and bandwidth_gbps is None and intra is None
+        else link_source(
+            intra, bandwidth_gbps, hardware.interconnect_gbps, "DEFAULT_CPU_INTERCONNECT_GBPS"
         ),
-        "inter_node_link": link_source(inter, None, hardware.internode_gbytes_per_s, "", figure)
+        "inter_node_link": measured
+        if inter_figure and inter is None
+        else link_source(inter, None, hardware.internode_gbytes_per_s, "")
         if inter or hardware.internode_gbytes_per_s
         else "none known (groups across nodes use the intra-node link)",
-        "latency": link_source(
+        "latency": measured
+        if latency_figure is not None and latency_s is None and intra is None
+        else link_source(
             intra,
             latency_s,
-            hardware.link_latency_us,
+            None,
             f"DEFAULT_LATENCY_S[{hardware.device}] = "
             f"{default_latency_s(hardware.device) * 1e6:g} µs",
-            figure,
         ),
     }
 

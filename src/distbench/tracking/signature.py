@@ -21,8 +21,25 @@ RESUMED_INTO_TAG_PREFIX = "distbench.resumed_into."
 EXCLUDED_KEYS = ("tracking", "limits", "resume", "retry_failed", "hydra", "objective")
 
 
+# Hardware figures that only feed the predictions (the measured links, the memory bandwidth):
+# a run measures the same thing whatever they hold, so a run with measured links pairs with
+# one without (compare, resume).
+EXCLUDED_HARDWARE_KEYS = (
+    "link_source",
+    "measured_interconnect_gbps",
+    "measured_internode_gbytes_per_s",
+    "link_latency_us",
+    "link_calibration_error",
+    "mem_bandwidth_gbps",
+)
+
+
 def run_signature(config_tree: dict[str, Any]) -> str:
-    """16 hex digits of the SHA-256 of the config (minus EXCLUDED_KEYS) as canonical JSON."""
+    """16 hex digits of the SHA-256 of the config (minus EXCLUDED_KEYS and
+    EXCLUDED_HARDWARE_KEYS) as canonical JSON."""
     kept = {k: v for k, v in config_tree.items() if k not in EXCLUDED_KEYS}
+    if isinstance(kept.get("hardware"), dict):
+        hardware = kept["hardware"]
+        kept["hardware"] = {k: v for k, v in hardware.items() if k not in EXCLUDED_HARDWARE_KEYS}
     canonical = json.dumps(kept, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
