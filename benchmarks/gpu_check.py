@@ -20,6 +20,8 @@ with the tiny model: that is how the tests run this script where there is no GPU
     make gpu-check                                          # on a GPU machine
     .venv/bin/python benchmarks/gpu_check.py --model llama3_8b --batch small
     .venv/bin/python benchmarks/gpu_check.py --device cpu --no-bare   # the grid on CPU ranks
+    .venv/bin/python benchmarks/gpu_check.py --list                   # the grid's job names
+    .venv/bin/python benchmarks/gpu_check.py --only train-zero3-ws8,collectives-ws8   # a rerun
 
 Figures go to benchmarks/results/gpu_check.{json,md} (`--out-dir` elsewhere); the last stdout
 line is the JSON document.
@@ -159,6 +161,8 @@ def parse_args() -> argparse.Namespace:
         "--world-sizes", help="comma-separated, e.g. 1,8 (default: 1 and powers of two that fit)"
     )
     parser.add_argument("--out-dir", type=Path, default=PROJECT_DIR / "benchmarks" / "results")
+    parser.add_argument("--only", help="comma-separated job names of the grid: run just those")
+    parser.add_argument("--list", action="store_true", help="print the grid's job names, run none")
     return parser.parse_args()
 
 
@@ -177,14 +181,24 @@ def main() -> None:
     dtype = "bf16" if cuda else "fp32"
     steps = [f"workload.num_warmup_steps={args.num_warmup_steps}"]
     steps += [f"workload.num_steps={args.num_steps}", "hardware=auto" if cuda else "hardware=cpu"]
+    sizes = world_sizes(num_gpus)
+    if args.world_sizes:
+        sizes = [int(size) for size in args.world_sizes.split(",")]
+    planned = grid(sizes, model, batch, dtype)
+    if args.list:
+        print("\n".join(name for name, _ in planned))
+        return
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - {name for name, _ in planned})
+        if unknown:
+            sys.exit(f"gpu_check: --only {','.join(unknown)}: not in the grid (see --list)")
+        planned = [(name, overrides) for name, overrides in planned if name in wanted]
     jobs = []
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         work = Path(tmp)
         env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work}/mlflow.db")
-        sizes = world_sizes(num_gpus)
-        if args.world_sizes:
-            sizes = [int(size) for size in args.world_sizes.split(",")]
-        for name, overrides in grid(sizes, model, batch, dtype):
+        for name, overrides in planned:
             jobs.append(run_job(name, overrides, work, steps, env))
             job = jobs[-1]
             print(
