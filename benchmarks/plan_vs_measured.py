@@ -24,7 +24,8 @@ timed steps.
 
 `--measured-links` first runs `workload=collectives` (world_size as the grid) into the work
 store, then every job with `hardware.link_source=measured`: the predictions' links and latency
-are that run's α-β fit instead of the constants (figures/links.py).
+are that run's α-β fit instead of the constants (figures/links.py); `time_err_pct_catalog_links`
+is the same job predicted on the catalog links, side by side.
 
 `--keep` keeps the work folder (its path is printed) so `--repredict` can re-predict the same
 measurements after a change to the model. Figures go to benchmarks/results/plan_vs_measured.{csv,
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -72,6 +74,7 @@ FIELDS = (
     "measured_step_s",
     "pred_step_s",
     "time_err_pct",
+    "time_err_pct_catalog_links",
 )
 
 
@@ -127,6 +130,10 @@ def compare(job_dir: Path) -> dict[str, Any]:
         pred_step_s=pred.get("pred_step_time_s"),
         time_err_pct=100 * pred["time_pred_rel_err"] if "time_pred_rel_err" in pred else None,
     )
+    if job.hardware.link_source == "measured":  # side by side: the same job on catalog links
+        catalog = job.replace(hardware=dataclasses.replace(job.hardware, link_source="catalog"))
+        err = pred_vs_measured(catalog, metrics).get("time_pred_rel_err")
+        row["time_err_pct_catalog_links"] = None if err is None else 100 * err
     return row
 
 
@@ -140,7 +147,7 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
                 "-"
                 if value is None
                 else f"{value:+.1f}"
-                if key.endswith("pct")
+                if "_pct" in key
                 else f"{value:.3g}"
                 if isinstance(value, float)
                 else str(value)
