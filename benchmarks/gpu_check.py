@@ -22,6 +22,7 @@ with the tiny model: that is how the tests run this script where there is no GPU
     .venv/bin/python benchmarks/gpu_check.py --device cpu --no-bare   # the grid on CPU ranks
     .venv/bin/python benchmarks/gpu_check.py --list                   # the grid's job names
     .venv/bin/python benchmarks/gpu_check.py --only train-zero3-ws8,collectives-ws8   # a rerun
+                                                    # into gpu_check_only.{json,md}
 
 Figures go to benchmarks/results/gpu_check.{json,md} (`--out-dir` elsewhere); the last stdout
 line is the JSON document.
@@ -227,8 +228,9 @@ def main() -> None:
         "bare_comparison": bare,
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "gpu_check.json").write_text(json.dumps(summary, indent=2))
-    (args.out_dir / "gpu_check.md").write_text(markdown(summary))
+    stem = "gpu_check_only" if args.only else "gpu_check"  # a rerun keeps the full summary
+    (args.out_dir / f"{stem}.json").write_text(json.dumps(summary, indent=2))
+    (args.out_dir / f"{stem}.md").write_text(markdown(summary))
     print(markdown(summary))
     print(json.dumps({k: v for k, v in summary.items() if k != "jobs"}))
 

@@ -45,7 +45,8 @@ def test_the_gpu_check_grid_runs_on_cpu_ranks_and_writes_its_summary(tmp_path):
     args += ["--num-steps", "2", "--num-warmup-steps", "1", "--only", "train-zero3-ws2,gemm-ws2"]
     proc = gpu_check(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert not (tmp_path / "gpu_check.json").exists()  # a rerun of rows keeps the full summary
+    summary = json.loads((tmp_path / "gpu_check_only.json").read_text())
     assert [job["name"] for job in summary["jobs"]] == ["train-zero3-ws2", "gemm-ws2"]
     assert summary["num_finished"] == summary["num_jobs"] == 2
     for job in summary["jobs"]:
@@ -54,7 +55,7 @@ def test_the_gpu_check_grid_runs_on_cpu_ranks_and_writes_its_summary(tmp_path):
             assert job["precision"] == "fp32" and job["optimizer_impl"] == "fused"
             assert job["metrics"]["init_time_s"] > 0
             assert job["metrics"]["pred_peak_mem_gib"] > 0  # predicted beside measured
-    table = (tmp_path / "gpu_check.md").read_text()
+    table = (tmp_path / "gpu_check_only.md").read_text()
     assert "| train-zero3-ws2 | FINISHED |" in table and "2 of 2 jobs finished" in table
 
 

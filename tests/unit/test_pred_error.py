@@ -335,7 +335,7 @@ def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, 
         no_store.link_source == "catalog" and "no MLflow store" in no_store.link_calibration_error
     )
     assert no_store.measured_interconnect_gbps is None and no_store.link_latency_us is None
-    assert capsys.readouterr().out.count("link_source=measured") == 1
+    assert capsys.readouterr().err.count("link_source=measured") == 1
     client = MlflowClient(uri)
     experiment_id = client.create_experiment("distbench")
     wrong_hw = {"workload": "collectives", "hardware": "h100_sxm", "num_nodes": "1"}

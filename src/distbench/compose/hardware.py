@@ -127,7 +127,11 @@ def apply_measured_peaks(hw: dict, dtypes: Iterable[str] | None = None) -> dict:
     except (subprocess.SubprocessError, OSError, ValueError, KeyError) as exc:
         hw["peak_source"] = "catalog"
         hw["peak_calibration_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        print(f"distbench: peak calibration failed, using the catalog peak: {exc}", flush=True)
+        print(
+            f"distbench: peak calibration failed, using the catalog peak: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
     return hw
 
 
@@ -135,6 +139,7 @@ def apply_measured_peaks(hw: dict, dtypes: Iterable[str] | None = None) -> dict:
 # --search resolves many jobs in one process; the store is read again after this long.
 _LINK_FITS_CACHE: dict[tuple[str, str, str], tuple[float, dict]] = {}
 LINK_FITS_CACHE_S = 60.0
+EMPTY_LINK_FITS_CACHE_S = 5.0  # long enough for a plan --search, short for a sweep
 _LINK_WARNED: set[str] = set()
 
 
@@ -154,7 +159,10 @@ def apply_measured_links(hw: dict, tracking_uri: str | None, experiment: str) ->
         hw["link_calibration_error"] = why[:500]
         if why not in _LINK_WARNED:  # a plan resolves every strategy: say it once
             _LINK_WARNED.add(why)
-            print(f"distbench: hardware.link_source=measured: {why}; using the catalog links")
+            print(
+                f"distbench: hardware.link_source=measured: {why}; using the catalog links",
+                file=sys.stderr,  # plan --json and resolve --json keep stdout one document
+            )
         return hw
 
     if tracking_uri is None:
@@ -163,15 +171,16 @@ def apply_measured_links(hw: dict, tracking_uri: str | None, experiment: str) ->
         return give_up("no MLflow store yet (run workload=collectives first)")
     key = (tracking_uri, experiment, hw["name"])
     cached = _LINK_FITS_CACHE.get(key)
-    if cached and time.monotonic() - cached[0] < LINK_FITS_CACHE_S:
+    # none yet is kept briefly: a collectives job of the same sweep may log one next
+    max_age_s = LINK_FITS_CACHE_S if cached and cached[1] else EMPTY_LINK_FITS_CACHE_S
+    if cached and time.monotonic() - cached[0] < max_age_s:
         fits = cached[1]
     else:
         try:
             fits = load_link_fits(tracking_uri, experiment, hw["name"])
         except Exception as exc:  # a job is never lost to its calibration
             return give_up(f"the store could not be read ({type(exc).__name__})")
-        if fits:  # none yet: a collectives job of the same sweep may log one next
-            _LINK_FITS_CACHE[key] = (time.monotonic(), fits)
+        _LINK_FITS_CACHE[key] = (time.monotonic(), fits)
     if not fits:
         return give_up(
             f"no finished workload=collectives run of hardware={hw['name']} in experiment "

@@ -721,21 +721,25 @@ def hidden_comm_s(
     device: str,
     compute_s: float,
     dp_comm_s: float,
-    dp_comm_bytes: float,
+    grad_bytes: float,
     num_layers: float,
+    grad_accum_steps: int,
 ) -> float:
     """Seconds of the data-parallel communication that run under compute, on GPUs, for the
     torch engine. DDP launches each gradient bucket's all-reduce as backward fills it (Li et
-    al. 2020, "PyTorch Distributed", VLDB): all but the last bucket can hide under backward.
-    FSDP2 prefetches the next layer's all-gather and reduce-scatters the last one's gradients
-    while a layer computes (torchtitan's defaults): all but about one layer's traffic can
-    hide under forward and backward. DeepSpeed here runs with overlap_comm false
-    (conf/ds_zero), and a CPU rank has one core for its compute and its gloo traffic: 0."""
+    al. 2020, "PyTorch Distributed", VLDB), in the last micro-batch only (the engine runs the
+    others under no_sync): all but the last bucket (of `grad_bytes`, the gradients reduced)
+    can hide under that micro-batch's backward. FSDP2 prefetches the next layer's all-gather
+    and reduce-scatters the last one's gradients while a layer computes, every micro-batch
+    (torchtitan's defaults): all but about one layer's traffic can hide under forward and
+    backward. DeepSpeed here runs with overlap_comm false (conf/ds_zero), and a CPU rank has
+    one core for its compute and its gloo traffic: 0."""
     if device != "cuda" or engine != "torch" or dp_comm_s <= 0:
         return 0.0
     if data_parallel == "ddp":
-        last_bucket_s = dp_comm_s * min(1.0, DDP_BUCKET_BYTES / max(dp_comm_bytes, 1.0))
-        return max(0.0, min(dp_comm_s - last_bucket_s, BACKWARD_FRACTION * compute_s))
+        last_bucket_s = dp_comm_s * min(1.0, DDP_BUCKET_BYTES / max(grad_bytes, 1.0))
+        last_backward_s = BACKWARD_FRACTION * compute_s / max(grad_accum_steps, 1)
+        return max(0.0, min(dp_comm_s - last_bucket_s, last_backward_s))
     if data_parallel == "fsdp":
         one_layer_s = dp_comm_s / max(num_layers, 1.0)
         return max(0.0, min(dp_comm_s - one_layer_s, compute_s))
@@ -743,15 +747,16 @@ def hidden_comm_s(
 
 
 def optimizer_step_s(
-    num_params: float, state_bytes: int, mixed: bool, mem_bandwidth_gbps: float | None
+    num_params: float, state_bytes: int, bf16_copy: bool, mem_bandwidth_gbps: float | None
 ) -> float:
     """AdamW's step over the parameters a device updates, memory-bound: it reads the parameter,
     its gradient and both moments and writes the parameter and both moments (7 values of
-    `state_bytes`; the fused and foreach kernels touch each once), plus the bf16 copy a mixed
-    recipe writes back. 0 without a device bandwidth (CPU: inside the measured efficiency)."""
+    `state_bytes`; the fused and foreach kernels touch each once), plus the bf16 copy that
+    DeepSpeed's mixed recipe writes back (`bf16_copy`; the torch engine's mixed recipes keep
+    fp32 parameters). 0 without a device bandwidth (CPU: inside the measured efficiency)."""
     if not mem_bandwidth_gbps:
         return 0.0
-    bytes_per_param = 7 * state_bytes + (2 if mixed else 0)
+    bytes_per_param = 7 * state_bytes + (2 if bf16_copy else 0)
     return num_params * bytes_per_param / (mem_bandwidth_gbps * GB)
 
 
@@ -1033,8 +1038,9 @@ def predict(
             device,
             compute,
             comm_s["dp"],
-            comm["dp"],
+            shard * state.grad,
             layers_local,
+            m,
         )
         assumptions["comm_hidden_s"] = hidden
         # Pure bf16 keeps its AdamW states in bf16; fp32 and the mixed recipes in fp32.
@@ -1049,7 +1055,7 @@ def predict(
             else optimizer_step_s(
                 optimizer_params,
                 state_value_bytes,
-                mixed,
+                mixed and job.engine == "deepspeed",
                 hardware.mem_bandwidth_gbps,
             ),
             "offload": offload_s,

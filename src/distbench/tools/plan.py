@@ -202,9 +202,10 @@ def make_plan(
                 )
             )
     bars, note = ({}, "") if not history else strategy_error_bars(tracking, keys)
-    if fits and bars:  # the stored errors were observed with the runs' own (constant) links
+    measured = bool(fits) or (hardware is not None and hardware.link_source == "measured")
+    if measured and bars:  # the stored runs predicted on their own links (not in KEY_TAGS)
         bars = {s: {k: b for k, b in kinds.items() if k != "time"} for s, kinds in bars.items()}
-        note += "; no step-time error bars with measured links (observed with the constants)"
+        note += "; no step-time error bars with measured links (observed on the runs' links)"
     sources = figure_sources(hardware, fits, efficiency, bandwidth_gbps, latency_s)
     if calibrated:
         predictions = [
