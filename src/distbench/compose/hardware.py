@@ -152,6 +152,7 @@ def apply_measured_links(hw: dict, tracking_uri: str | None, experiment: str) ->
     `link_calibration_error` (resolved.yaml and the run's params carry it)."""
     import time
 
+    from distbench.figures.links import link_fit_fields
     from distbench.tracking.pred_history import load_link_fits, store_exists
 
     def give_up(why: str) -> dict:
@@ -186,12 +187,7 @@ def apply_measured_links(hw: dict, tracking_uri: str | None, experiment: str) ->
             f"no finished workload=collectives run of hardware={hw['name']} in experiment "
             f"{experiment} (run: python run.py workload=collectives hardware={hw['name']})"
         )
-    if "intra" in fits:
-        hw["measured_interconnect_gbps"] = fits["intra"].busbw_gbps
-        hw["link_latency_us"] = fits["intra"].alpha_s * 1e6
-    if "inter" in fits:
-        hw["measured_internode_gbytes_per_s"] = fits["inter"].busbw_gbps
-    hw["link_source"] = "measured"
+    hw.update(link_fit_fields(fits))
     return hw
 
 

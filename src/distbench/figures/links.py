@@ -62,6 +62,18 @@ def link_fits(runs: Iterable[Any], op: str = FIT_COLLECTIVE) -> dict[str, LinkFi
     }
 
 
+def link_fit_fields(fits: dict[str, LinkFit]) -> dict[str, Any]:
+    """The hardware fields (compose/schema.py HardwareConfig) that carry the fits into a
+    prediction: `link_source=measured`, each tier's bus bandwidth and the intra-node α."""
+    fields: dict[str, Any] = {"link_source": "measured"}
+    if "intra" in fits:
+        fields["measured_interconnect_gbps"] = fits["intra"].busbw_gbps
+        fields["link_latency_us"] = fits["intra"].alpha_s * 1e6
+    if "inter" in fits:
+        fields["measured_internode_gbytes_per_s"] = fits["inter"].busbw_gbps
+    return fields
+
+
 def link_source(
     fit: LinkFit | None, override: float | None, hardware_gbps: float | None, constant: str
 ) -> str:

@@ -44,7 +44,7 @@ from typing import Any
 
 from distbench.compose.schema import HardwareConfig
 from distbench.figures.analytic import PREFERENCE, Prediction, predict, recommend
-from distbench.figures.links import LinkFit, efficiency_source, link_source
+from distbench.figures.links import LinkFit, efficiency_source, link_fit_fields, link_source
 from distbench.figures.metrics import GIB
 from distbench.figures.pred_error import ErrorBar, calibrated_prediction, with_error
 
@@ -175,8 +175,10 @@ def make_plan(
                     hardware = dataclasses.replace(hardware, mem_gib=mem_gib)
                 dtype = job.dtype
                 tracking = cfg.tracking
-                if measured_links:
+                if measured_links:  # the same fields hardware.link_source=measured fills
                     fits, link_note = stored_link_fits(tracking, hardware.name)
+                    if fits:
+                        hardware = dataclasses.replace(hardware, **link_fit_fields(fits))
                 batch = job.batch
                 warnings += batch_warnings(job, overrides)
                 title = (
@@ -187,23 +189,18 @@ def make_plan(
                     f"{batch.grad_accum_steps} × seq {batch.seq_len})"
                 )
             keys[name] = run_key_tags(job)
-            intra, inter = fits.get("intra"), fits.get("inter")
             predictions.append(
                 predict(
-                    job.replace(
-                        hardware=hardware
-                        if inter is None
-                        else dataclasses.replace(hardware, internode_gbytes_per_s=inter.busbw_gbps)
-                    ),
+                    job.replace(hardware=hardware),
                     efficiency=efficiency,
-                    bandwidth_gbps=bandwidth_gbps or (intra.busbw_gbps if intra else None),
-                    latency_s=latency_s if latency_s is not None or not intra else intra.alpha_s,
+                    bandwidth_gbps=bandwidth_gbps,
+                    latency_s=latency_s,
                     recompute=recompute,
                 )
             )
     bars, note = ({}, "") if not history else strategy_error_bars(tracking, keys)
-    measured = bool(fits) or (hardware is not None and hardware.link_source == "measured")
-    if measured and bars:  # the stored runs predicted on their own links (not in KEY_TAGS)
+    # The stored runs predicted on their own links (KEY_TAGS has no link source).
+    if hardware is not None and hardware.link_source == "measured" and bars:
         bars = {s: {k: b for k, b in kinds.items() if k != "time"} for s, kinds in bars.items()}
         note += "; no step-time error bars with measured links (observed on the runs' links)"
     sources = figure_sources(hardware, fits, efficiency, bandwidth_gbps, latency_s)
@@ -279,32 +276,45 @@ def figure_sources(
     from distbench.figures.analytic import default_latency_s
 
     intra, inter = fits.get("intra"), fits.get("inter")
-    measured = "the store's collectives α-β fit (hardware.link_source=measured)"
-    resolved = hardware.link_source == "measured"  # the fits, resolved into the hardware
-    intra_figure = (resolved and hardware.measured_interconnect_gbps) or None
-    inter_figure = (resolved and hardware.measured_internode_gbytes_per_s) or None
-    latency_figure = hardware.link_latency_us if resolved else None
+    resolved = hardware.link_source == "measured"  # fits resolved into the hardware's fields
+
+    def source(
+        fit: LinkFit | None, override: Any, figure: float | None, measured: Any, constant: str
+    ) -> str:
+        """link_source, or the store's fit where link_source=measured filled `measured`."""
+        if resolved and measured is not None and fit is None and override is None:
+            return "the store's collectives α-β fit (hardware.link_source=measured)"
+        return link_source(fit, override, figure, constant)
+
+    intra_node = source(
+        intra,
+        bandwidth_gbps,
+        hardware.interconnect_gbps,
+        hardware.measured_interconnect_gbps,
+        "DEFAULT_CPU_INTERCONNECT_GBPS",
+    )
+    inter_node = "none known (groups across nodes use the intra-node link)"
+    if inter or hardware.internode_gbytes_per_s or hardware.measured_internode_gbytes_per_s:
+        inter_node = source(
+            inter,
+            None,
+            hardware.internode_gbytes_per_s,
+            hardware.measured_internode_gbytes_per_s,
+            "",
+        )
+    default_us = default_latency_s(hardware.device) * 1e6
+    latency = source(
+        intra,
+        latency_s,
+        None,
+        hardware.link_latency_us,
+        f"DEFAULT_LATENCY_S[{hardware.device}] = {default_us:g} µs",
+    )
     return {
         "compute": efficiency_source(efficiency, hardware.peak_source),
-        "intra_node_link": measured
-        if intra_figure and bandwidth_gbps is None and intra is None
-        else link_source(
-            intra, bandwidth_gbps, hardware.interconnect_gbps, "DEFAULT_CPU_INTERCONNECT_GBPS"
-        ),
-        "inter_node_link": measured
-        if inter_figure and inter is None
-        else link_source(inter, None, hardware.internode_gbytes_per_s, "")
-        if inter or hardware.internode_gbytes_per_s
-        else "none known (groups across nodes use the intra-node link)",
-        "latency": measured
-        if latency_figure is not None and latency_s is None and intra is None
-        else link_source(
-            intra,
-            latency_s,
-            None,
-            f"DEFAULT_LATENCY_S[{hardware.device}] = "
-            f"{default_latency_s(hardware.device) * 1e6:g} µs",
-        ),
+        "intra_node_link": intra_node,
+        "inter_node_link": inter_node,
+        "latency": latency,
     }
 
 
