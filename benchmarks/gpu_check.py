@@ -11,8 +11,9 @@ runs through `run.py` into a temporary MLflow store:
   gemm        gemm.dtype=bf16 (distributed GEMM and its correctness check)
   collectives the nccl-tests-style sweep of collectives
 
-and, where two GPUs are visible, `benchmarks/harness_overhead.py --device cuda --quick` (the same
-steps as a bare torchrun script: distbench's fixed cost per job). Each training row shows what
+and `benchmarks/harness_overhead.py --quick` on the same device, model, batch and dtype (2 ranks
+where two GPUs are visible, else 1): the same steps as a bare torchrun script, distbench's fixed
+cost per job. Each training row shows what
 was predicted next to what was measured (peak memory, step time), the precision recipe, the
 optimizer kernel, init time and host peak RSS. `--device cpu` runs the same grid on CPU ranks
 with the tiny model: that is how the tests run this script where there is no GPU.
@@ -31,12 +32,14 @@ line is the JSON document.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,18 +139,38 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def bare_comparison(device: str, work: Path) -> dict[str, Any]:
-    """harness_overhead.py --quick on the same device: distbench's fixed cost per job."""
+def bare_comparison(
+    device: str, world_size: int, model: str, batch: str, dtype: str, work: Path
+) -> dict[str, Any]:
+    """harness_overhead.py --quick on the same device, model, batch and dtype: distbench's
+    fixed cost per job against a bare torchrun script (DDP and DeepSpeed ZeRO-0)."""
     cmd = [sys.executable, str(PROJECT_DIR / "benchmarks" / "harness_overhead.py"), "--quick"]
-    cmd += ["--device", device, "--out-dir", str(work / "harness")]
+    cmd += ["--device", device, "--world-size", str(world_size), "--model", model]
+    cmd += ["--batch", batch, "--dtype", dtype, "--out-dir", str(work / "harness")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    keys = ("fixed_cost_s", "step_p50_ratio", "bare_wall_s", "distbench_wall_s", "pass")
     return {
-        strategy: {k: f.get(k) for k in ("fixed_cost_s", "step_p50_ratio", "pass")}
-        for strategy, f in figures["strategies"].items()
+        "world_size": world_size,
+        **{
+            strategy: {k: f.get(k) for k in keys}
+            for strategy, f in figures["strategies"].items()
+        },
     }
+
+
+@contextlib.contextmanager
+def work_dir(keep: Path | None) -> Iterator[Path]:
+    """Where job dirs and the store go: `keep` (kept afterwards, to read a failed job's logs)
+    or a temporary dir removed at the end."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep.resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        yield Path(tmp)
 
 
 def parse_args() -> argparse.Namespace:
@@ -164,6 +187,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out-dir", type=Path, default=PROJECT_DIR / "benchmarks" / "results")
     parser.add_argument("--only", help="comma-separated job names of the grid: run just those")
     parser.add_argument("--list", action="store_true", help="print the grid's job names, run none")
+    parser.add_argument("--work-dir", type=Path, help="an empty dir to keep job dirs and the store")
     return parser.parse_args()
 
 
@@ -196,8 +220,7 @@ def main() -> None:
             sys.exit(f"gpu_check: --only {','.join(unknown)}: not in the grid (see --list)")
         planned = [(name, overrides) for name, overrides in planned if name in wanted]
     jobs = []
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        work = Path(tmp)
+    with work_dir(args.work_dir) as work:
         env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work}/mlflow.db")
         for name, overrides in planned:
             jobs.append(run_job(name, overrides, work, steps, env))
@@ -209,11 +232,7 @@ def main() -> None:
             )
         bare = None
         if not args.no_bare:
-            bare = (
-                bare_comparison(args.device, work)
-                if num_gpus >= 2
-                else {"skipped": "the bare-script comparison runs 2 ranks: needs 2 GPUs"}
-            )
+            bare = bare_comparison(args.device, min(num_gpus, 2), model, batch, dtype, work)
     summary = {
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["python benchmarks/gpu_check.py", *sys.argv[1:]]),

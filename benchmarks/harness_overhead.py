@@ -65,7 +65,7 @@ BARE_SCRIPTS = {
     "ddp": PROJECT_DIR / "benchmarks" / "bare" / "bare_train_ddp.py",
     "dp": PROJECT_DIR / "benchmarks" / "bare" / "bare_train_deepspeed.py",
 }
-WORLD_SIZE = 2
+DEFAULT_WORLD_SIZE = 2
 MB = 1e6
 TARGET_STEP_P50_RATIO = 1.03
 TARGET_FIXED_COST_S = 5.0
@@ -139,16 +139,20 @@ def timed_run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, st
     return wall_s, stdout, start_time, load_before
 
 
-def run_bare(strategy: str, steps: tuple[int, int], work: Path, device: str) -> dict[str, Any]:
+def run_bare(strategy: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """A: the plain torchrun script, with the environment distbench gives its ranks."""
-    num_warmup, num_steps = steps
+    num_warmup, num_steps, device = args.num_warmup_steps, args.num_steps, args.device
     port = free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD_SIZE}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.world_size}"]
     cmd += ["--nnodes=1", "--master_addr=127.0.0.1", f"--master_port={port}"]
     cmd += [str(BARE_SCRIPTS[strategy]), "--num-warmup-steps", str(num_warmup)]
-    cmd += ["--num-steps", str(num_steps), "--weights", str(work / "weights")]
-    cmd += ["--device", device]
-    env = worker_env(device, WORLD_SIZE, num_cpu_cores())
+    cmd += ["--num-steps", str(num_steps), "--device", device, "--dtype", args.dtype]
+    cmd += ["--batch", ",".join(str(n) for n in batch_shape(args.batch))]
+    if args.model == "tiny":  # the same start weights: equal first losses
+        cmd += ["--weights", str(work / "weights")]
+    else:  # built on the device from the same config (random init: losses differ)
+        cmd += ["--model-config", str(work / "model_config")]
+    env = worker_env(device, args.world_size, num_cpu_cores())
     try:
         wall_s, stdout, _, load = timed_run(cmd, work, env)
     finally:
@@ -163,13 +167,15 @@ def run_bare(strategy: str, steps: tuple[int, int], work: Path, device: str) -> 
     }
 
 
-def run_distbench(strategy: str, steps: tuple[int, int], work: Path, i: int) -> dict[str, Any]:
+def run_distbench(strategy: str, args: argparse.Namespace, work: Path, i: int) -> dict[str, Any]:
     """B: `python run.py ...` under the RSS wrapper, into the temporary store."""
-    num_warmup, num_steps = steps
+    num_warmup, num_steps = args.num_warmup_steps, args.num_steps
     job_dir = work / f"distbench-{strategy}-{i}"
     rss_file = work / f"rss-{strategy}-{i}.txt"
     cmd = [sys.executable, "-c", RSS_WRAPPER, str(rss_file), str(PROJECT_DIR / "run.py")]
-    cmd += [f"strategy={strategy}", f"world_size={WORLD_SIZE}", "tracking=sqlite"]
+    cmd += [f"strategy={strategy}", f"world_size={args.world_size}", "tracking=sqlite"]
+    cmd += [f"model={args.model}", f"batch={args.batch}", f"workload.dtype={args.dtype}"]
+    cmd += ["hardware=auto" if args.device == "cuda" else "hardware=cpu"]
     cmd += [f"workload.num_warmup_steps={num_warmup}", f"workload.num_steps={num_steps}"]
     cmd += [f"hydra.run.dir={job_dir}"]
     env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work}/mlflow.db")
@@ -217,18 +223,35 @@ def work_dir(keep: Path | None, prefix: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def save_start_weights(path: Path) -> None:
-    """The weights distbench starts `model=tiny` from (seed 1234), saved for the bare scripts
-    to load with `from_pretrained`: both sides train the same model (equal first losses)."""
+def composed(overrides: list[str]) -> Any:
+    """distbench's config for `overrides` (what run.py would compose)."""
     from hydra import compose, initialize_config_dir
 
     from distbench.compose.schema import register_configs
-    from distbench.ranks.models import build_model
 
     register_configs()
     with initialize_config_dir(config_dir=str(PROJECT_DIR / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["model=tiny"])
-    build_model(cfg.model, "fp32", cfg.workload.seed).save_pretrained(path)
+        return compose(config_name="config", overrides=overrides)
+
+
+def batch_shape(batch: str) -> tuple[int, int, int]:
+    """(micro_batch_size, grad_accum_steps, seq_len) of conf/batch/<batch>.yaml."""
+    cfg = composed([f"batch={batch}"]).batch
+    return cfg.micro_batch_size, cfg.grad_accum_steps, cfg.seq_len
+
+
+def save_start_model(model: str, work: Path) -> None:
+    """What the bare scripts start from. `model=tiny`: the weights distbench starts from (seed
+    1234), saved for `from_pretrained`: both sides train the same model (equal first losses).
+    Larger models: their transformers config only (saving and loading GBs of weights would time
+    the disk, not the harness); both sides build on the device with random weights."""
+    from distbench.ranks.models import build_model, hf_config
+
+    cfg = composed([f"model={model}"])
+    if model == "tiny":
+        build_model(cfg.model, "fp32", cfg.workload.seed).save_pretrained(work / "weights")
+    else:
+        hf_config(cfg.model).save_pretrained(work / "model_config")
 
 
 def create_store(work: Path) -> float:
@@ -285,14 +308,13 @@ def verdicts(figures: dict[str, Any]) -> dict[str, bool]:
 
 def measure(strategy: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Warm-up rounds (not kept), then A B alternated `repeats` times."""
-    steps = (args.num_warmup_steps, args.num_steps)
     for i in range(args.warmup_rounds):
-        run_bare(strategy, steps, work, args.device)
-        run_distbench(strategy, steps, work, -1 - i)
+        run_bare(strategy, args, work)
+        run_distbench(strategy, args, work, -1 - i)
     bare, ours = [], []
     for i in range(args.repeats):
-        bare.append(run_bare(strategy, steps, work, args.device))
-        ours.append(run_distbench(strategy, steps, work, i))
+        bare.append(run_bare(strategy, args, work))
+        ours.append(run_distbench(strategy, args, work, i))
         print(
             f"  {strategy} repeat {i + 1}/{args.repeats}: bare {bare[-1]['wall_s']:.1f} s "
             f"(p50 {bare[-1]['step_time_s_p50']:.3f}), distbench {ours[-1]['wall_s']:.1f} s "
@@ -397,19 +419,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="1 repeat of 1 + 3 steps")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strategies", default="ddp,dp")
+    parser.add_argument("--world-size", type=int, default=DEFAULT_WORLD_SIZE)
     parser.add_argument(
         "--device",
         choices=["cpu", "cuda"],
-        default="cuda" if len(gpu_names()) >= WORLD_SIZE else "cpu",
-        help=f"cuda where {WORLD_SIZE} GPUs are visible (distbench's hardware=auto picks the "
-        "same), else cpu",
+        help="default: cuda where --world-size GPUs are visible (distbench's hardware=auto "
+        "picks the same), else cpu",
     )
+    parser.add_argument("--model", default="tiny", help="conf/model/<name>")
+    parser.add_argument("--batch", default="small", help="conf/batch/<name>")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--num-warmup-steps", type=int, default=3)
     parser.add_argument("--num-steps", type=int, default=10)
     parser.add_argument("--warmup-rounds", type=int, default=1, help="A B rounds not kept")
     parser.add_argument("--out-dir", type=Path, default=PROJECT_DIR / "benchmarks" / "results")
     parser.add_argument("--work-dir", type=Path, help="an empty dir to keep runs in")
     args = parser.parse_args()
+    if args.device is None:
+        args.device = "cuda" if len(gpu_names()) >= args.world_size else "cpu"
     if args.quick:
         args.repeats, args.num_warmup_steps, args.num_steps, args.warmup_rounds = 1, 1, 3, 0
     return args
@@ -421,7 +448,7 @@ def main() -> None:
     per_strategy = {}
     with work_dir(args.work_dir, "harness_overhead_") as work:
         store_create_s = create_store(work)
-        save_start_weights(work / "weights")
+        save_start_model(args.model, work)
         for strategy in args.strategies.split(","):
             per_strategy[strategy] = measure(strategy, args, work)
     print_tables(per_strategy)
@@ -430,7 +457,11 @@ def main() -> None:
         "command": " ".join(["python benchmarks/harness_overhead.py", *sys.argv[1:]]),
         "quick": args.quick,
         "machine": started,
-        "world_size": WORLD_SIZE,
+        "world_size": args.world_size,
+        "device": args.device,
+        "model": args.model,
+        "batch": args.batch,
+        "dtype": args.dtype,
         "repeats": args.repeats,
         "num_warmup_steps": args.num_warmup_steps,
         "num_steps": args.num_steps,

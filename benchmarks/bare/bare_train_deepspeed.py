@@ -26,7 +26,7 @@ import time
 import deepspeed
 import torch
 import torch.distributed as dist
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
 # conf/model/tiny.yaml (and the model schema's defaults: untied embeddings, sdpa)
 LLAMA_TINY = {
@@ -66,6 +66,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument(
+        "--model-config",
+        help="a transformers config.json to build (random init, on the device); default: the "
+        "tiny Llama above",
+    )
+    parser.add_argument(
+        "--batch",
+        default=f"{MICRO_BATCH_SIZE},{GRAD_ACCUM_STEPS},{SEQ_LEN}",
+        help="micro_batch_size,grad_accum_steps,seq_len",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="bf16: bf16 compute with fp32 master weights and AdamW states",
+    )
+    parser.add_argument(
         "--weights",
         help="a save_pretrained directory to start from (the harness passes the "
         "weights distbench starts from); default: transformers' random init from --seed",
@@ -73,23 +89,52 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def build_model(seed: int, weights: str | None) -> torch.nn.Module:
-    if weights:
-        model = AutoModelForCausalLM.from_pretrained(weights, attn_implementation="sdpa")
-        return model.to(torch.float32).train()
-    torch.manual_seed(seed)
-    config = LlamaConfig(**LLAMA_TINY)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    return model.to(torch.float32).train()
+def build_model(args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
+    """fp32 weights (bf16 runs autocast / DeepSpeed's bf16 block over them): the saved start
+    weights, or a random init from --seed built straight on the device."""
+    if args.weights:
+        model = AutoModelForCausalLM.from_pretrained(args.weights, attn_implementation="sdpa")
+        return model.to(torch.float32).to(device).train()
+    torch.manual_seed(args.seed)
+    if args.model_config:
+        config = AutoConfig.from_pretrained(args.model_config)
+    else:
+        config = LlamaConfig(**LLAMA_TINY)
+    with device:
+        model = AutoModelForCausalLM.from_config(
+            config, attn_implementation="sdpa", dtype=torch.float32
+        )
+    return model.train()
 
 
-def rank_batch(seed: int, step: int, rank: int, world_size: int) -> list[torch.Tensor]:
+def ds_config(args: argparse.Namespace) -> dict:
+    """DS_CONFIG for --batch and --dtype (bf16: DeepSpeed's bf16 block, fp32 master weights,
+    gradients reduced in fp32, as distbench configures ZeRO-0)."""
+    micro, accum, _ = batch_shape(args)
+    config = dict(DS_CONFIG, train_micro_batch_size_per_gpu=micro)
+    config["gradient_accumulation_steps"] = accum
+    if args.dtype == "bf16":
+        config["bf16"] = {"enabled": True}
+        config["communication_data_type"] = "fp32"
+    return config
+
+
+def batch_shape(args: argparse.Namespace) -> tuple[int, int, int]:
+    """(micro_batch_size, grad_accum_steps, seq_len) from --batch."""
+    micro, accum, seq = (int(n) for n in args.batch.split(","))
+    return micro, accum, seq
+
+
+def rank_batch(
+    args: argparse.Namespace, vocab_size: int, step: int, rank: int, world_size: int
+) -> list[torch.Tensor]:
     """This rank's micro-batches of step `step`'s global batch (drawn from seed and step)."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    shape = (GRAD_ACCUM_STEPS, world_size * MICRO_BATCH_SIZE, SEQ_LEN)
-    tokens = torch.randint(0, LLAMA_TINY["vocab_size"], shape, generator=generator)
-    rows = slice(rank * MICRO_BATCH_SIZE, (rank + 1) * MICRO_BATCH_SIZE)
-    return [tokens[g, rows].contiguous() for g in range(GRAD_ACCUM_STEPS)]
+    micro, accum, seq = batch_shape(args)
+    generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+    shape = (accum, world_size * micro, seq)
+    tokens = torch.randint(0, vocab_size, shape, generator=generator)
+    rows = slice(rank * micro, (rank + 1) * micro)
+    return [tokens[g, rows].contiguous() for g in range(accum)]
 
 
 def train_step(engine, micro_batches: list) -> float:
@@ -122,12 +167,15 @@ def train(args: argparse.Namespace, rank: int, world_size: int) -> tuple[list, l
     """Warm-up + timed steps: this rank's step times (s) and losses. The engine is freed on
     return, before the process group is destroyed."""
     device = rank_device(args.device)
-    model = build_model(args.seed, args.weights).to(device)
+    model = build_model(args, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=True)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=DS_CONFIG)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(args))
     step_times_s, losses = [], []
     for step in range(args.num_warmup_steps + args.num_steps):
-        micro_batches = [mb.to(device) for mb in rank_batch(args.seed, step, rank, world_size)]
+        vocab_size = model.config.vocab_size
+        micro_batches = [
+            mb.to(device) for mb in rank_batch(args, vocab_size, step, rank, world_size)
+        ]
         dist.barrier()
         synchronize(device)
         start = time.perf_counter()

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -556,12 +557,17 @@ def _run_job(
 
     # 4. the ranks, under the watchdog, their steps streamed to the RUNNING MLflow run
     outcome["master_port"] = launch.port
-    live = _start_live(cfg, outcome, job_dir, project_dir, label, started)
-    try:
-        launched = _launch(job, launch, job_dir, tags, label)
-    finally:  # also when cancelled: the run is then filled as such
-        if live is not None:
-            live.stop()
+    # The RUNNING run is created while the ranks start, not before: a store's first connection
+    # costs seconds (importing mlflow, opening sqlite) that the ranks' own start-up hides. It
+    # streams progress.jsonl from its first line, whenever it starts.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-run") as pool:
+        live_run = pool.submit(_start_live, cfg, outcome, job_dir, project_dir, label, started)
+        try:
+            launched = _launch(job, launch, job_dir, tags, label)
+        finally:  # also when cancelled: the run is then filled as such
+            live = live_run.result()
+            if live is not None:
+                live.stop()
     outcome["wall_time_s"] = launched.wall_time_s
 
     # 5. the result and its metrics, or the failure

@@ -100,3 +100,25 @@ def test_tensor_parallel_equals_single_device_greedy_decode(tmp_path):
     # all-reduce sums the halves in another order), far below the gaps between them
     want = reference["first_logits"].gather(1, torch.tensor(first["top_logit_ids"]))
     assert (torch.tensor(first["top_logits"]) - want).abs().max().item() < 1e-4
+
+
+def test_a_static_kv_cache_decodes_the_same_tokens_request_after_request():
+    """inference.cuda_graph's decode (one StaticCache per job, reset per request batch), run
+    eagerly here: the same tokens and prefill logits as the dynamic-cache decode."""
+    from distbench.ranks.models import build_model
+    from distbench.workloads.inference.workload import (
+        greedy_decode,
+        prompt_batch,
+        static_cache,
+        static_greedy_decode,
+    )
+
+    cfg = compose_config(FAST)
+    model = build_model(cfg.model, cfg.workload.dtype, cfg.workload.seed).eval()
+    cache = static_cache(model, PROMPT, NEW)
+    for step in range(2):
+        prompts = prompt_batch(cfg.workload.seed, step, BATCH, PROMPT, cfg.model.vocab_size)
+        dynamic = greedy_decode(model, prompts, NEW, "cpu")
+        static = static_greedy_decode(model, prompts, NEW, "cpu", cache)
+        assert static["tokens"].tolist() == dynamic["tokens"].tolist()
+        assert torch.allclose(static["first_logits"], dynamic["first_logits"], atol=1e-5)

@@ -24,11 +24,23 @@ ONE_GPU = ["world_size=1", "tracking=none", "workload.num_warmup_steps=1", "work
         ["strategy=fsdp", "workload.dtype=bf16"],
         ["strategy=dp", "workload.dtype=bf16"],
         ["strategy=zero3", "workload.dtype=bf16"],
+        ["strategy=zero3", "workload.dtype=bf16", "workload.profile_steps=1"],
         ["workload=inference", "strategy=dp", "workload.dtype=bf16"],
+        ["workload=inference", "strategy=dp", "workload.dtype=bf16", "inference.cuda_graph=true"],
         ["workload=gemm", "gemm.dtype=bf16"],  # crashed on the first H100 run (a host tensor)
         ["workload=collectives"],
     ],
-    ids=["single", "fsdp", "dp", "zero3", "inference", "gemm", "collectives"],
+    ids=[
+        "single",
+        "fsdp",
+        "dp",
+        "zero3",
+        "zero3-profiled",
+        "inference",
+        "inference-cuda-graph",
+        "gemm",
+        "collectives",
+    ],
 )
 def test_every_workload_runs_on_one_gpu(tmp_path, overrides):
     outcome = run_job(compose_config([*ONE_GPU, *overrides]), tmp_path, CONF_DIR, PROJECT_DIR)
@@ -42,6 +54,10 @@ def test_every_workload_runs_on_one_gpu(tmp_path, overrides):
         assert outcome["precision"] == "bf16-mixed" and outcome["optimizer_impl"] == "fused"
         assert outcome["equivalent"] == "true"
         assert metrics["init_time_s"] < 30
+    if "workload.profile_steps=1" in overrides:
+        profile = (tmp_path / "profile.rank0.txt").read_text()
+        assert "## by device time" in profile and "## by host time" in profile
+        assert 0 < metrics["profile_device_busy_frac"] <= 1
 
 
 @requires_gpus(2)

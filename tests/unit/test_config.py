@@ -146,6 +146,7 @@ def test_strategy_pins_its_stage():
         (["hardware=cpu", "workload.dtype=fp16"], "workload.dtype='fp16' does not run on CPU"),
         (["model.pretrained_path=/no/such/dir"], "model.pretrained_path='/no/such/dir'"),
         (["strategy=dp", "strategy.offload_param=cpu"], "offload_param needs zero_stage=3"),
+        (["workload.profile_steps=-1"], "workload.profile_steps=-1 must be >= 0"),
     ],
 )
 def test_refusals_name_the_bad_value(overrides, message):

@@ -14,6 +14,7 @@ weights and optimizer states, gradients reduced in fp32 (`communication_data_typ
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +113,7 @@ def build_partitioned(job: Job, config: dict[str, Any]) -> Any:
     (ranks/models.py), the same values every other layout starts from."""
     import deepspeed
     import torch
-    from transformers.integrations.deepspeed import prevent_arange_dtype_change
+    import transformers.integrations.deepspeed as hf_deepspeed
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     from distbench.ranks.models import DTYPE_NAMES, hf_config, init_zero3_partitions_
@@ -122,7 +123,10 @@ def build_partitioned(job: Job, config: dict[str, Any]) -> Any:
     # Imported before zero.Init patches torch's tensor constructors (transformers imports
     # torch._dynamo lazily, which fails under the patch).
     model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(model_config)]
-    with prevent_arange_dtype_change(), deepspeed.zero.Init(config_dict_or_path=config):
+    # transformers 4.x keeps integer aranges integer under zero.Init's dtype patch; 5.x has no
+    # such helper (its rotary tables are recomputed after init anyway: _reset_buffers).
+    keep_arange = getattr(hf_deepspeed, "prevent_arange_dtype_change", contextlib.nullcontext)
+    with keep_arange(), deepspeed.zero.Init(config_dict_or_path=config):
         model = model_class._from_config(
             model_config, attn_implementation=job.model.attn_implementation, dtype=dtype
         )

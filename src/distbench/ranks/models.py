@@ -233,6 +233,14 @@ def _reset_buffers(module: Any) -> None:
             owner._init_weights(sub)
 
 
+def import_model_class(model_cfg: ModelConfig) -> Any:
+    """The transformers class of the architecture, its modeling module imported (seconds on a
+    cold start), so that a timed model build does not time the import."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING[type(hf_config(model_cfg))]
+
+
 def build_meta_model(model_cfg: ModelConfig, dtype: str) -> Any:
     """The architecture on the meta device in `dtype`: shapes only, nothing allocated."""
     import torch

@@ -6,11 +6,14 @@ strategy=dp (or ddp, zero1, zero2): whole-model replicas, each its own prompts; 
 DeepSpeed AutoTP (init_inference) over strategy.tp ranks.
 
     python run.py -m workload=inference strategy=dp,tp world_size=2 inference.num_new_tokens=32
+    python run.py workload=inference strategy=dp inference.cuda_graph=true   # on a GPU
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
 
 from distbench.compose import checks
 from distbench.compose.checks import one_of, positive
@@ -39,6 +42,11 @@ class InferenceConfig:
     prompt_len: int | None = None  # None: batch.seq_len
     batch_size: int | None = None  # prompts per replica; None: batch.micro_batch_size
     decoding: str = "greedy"  # argmax, no sampling (deterministic across layouts)
+    # CUDA only. kernel_inject: DeepSpeed's fused inference kernels (init_inference with
+    # replace_with_kernel_inject); cuda_graph: a static KV cache and the decode step compiled
+    # with torch.compile(mode="reduce-overhead"), replayed as a CUDA graph per token.
+    kernel_inject: bool = False
+    cuda_graph: bool = False
 
 
 def inference_sizes(inference: InferenceConfig, batch: BatchConfig) -> tuple[int, int]:
@@ -94,6 +102,41 @@ def check(job: Job) -> None:
             f"model.max_position_embeddings({model.max_position_embeddings})"
         )
     checks.no_fp16_on_cpu(job.device, job.dtype)
+    for option in ("kernel_inject", "cuda_graph"):
+        if getattr(inf, option) and job.device != "cuda":
+            raise ConfigError(
+                f"inference.{option}=true needs a CUDA device (hardware device is "
+                f"{job.device}); leave it false on CPU"
+            )
+    if inf.kernel_inject and tp > 1:
+        raise ConfigError(
+            f"inference.kernel_inject=true runs on whole replicas here, not with tp({tp}); "
+            "use strategy=dp"
+        )
+    if inf.kernel_inject:
+        refusal = kernel_inject_refusal(model, version("transformers"))
+        if refusal:
+            raise ConfigError(refusal)
+
+
+def kernel_inject_refusal(model: Any, transformers_version: str) -> str | None:
+    """Why DeepSpeed's injected inference kernels cannot run this model here, or None. Seen on
+    an H100 (2026-11-25, DeepSpeed 0.19.8, transformers 5.17): its GPT-2 layer reads the KV
+    cache as a tensor (transformers 5 passes a DynamicCache: "'DynamicCache' object has no
+    attribute 'dtype'"), and its Llama container fuses q, k, v and refuses grouped-query
+    attention ("Merging tensors is not allowed here")."""
+    if int(transformers_version.split(".")[0]) >= 5:
+        return (
+            f"inference.kernel_inject=true: DeepSpeed's injected kernels do not run under "
+            f"transformers {transformers_version} (they expect the 4.x KV cache); use "
+            "inference.cuda_graph=true"
+        )
+    if model.family == "llama" and model.num_kv_heads != model.num_heads:
+        return (
+            f"inference.kernel_inject=true: DeepSpeed's Llama kernels need num_kv_heads == "
+            f"num_heads; model.num_kv_heads={model.num_kv_heads} < {model.num_heads}"
+        )
+    return None
 
 
 SPEC = register(

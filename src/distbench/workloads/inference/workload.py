@@ -87,6 +87,94 @@ def greedy_decode(model: Any, prompts, num_new_tokens: int, device: str) -> dict
     }
 
 
+def static_cache(model: Any, prompt_len: int, num_new_tokens: int) -> Any:
+    """transformers' StaticCache for prompt_len + num_new_tokens positions: one per job, reset
+    per request batch, so a captured graph keeps reading the same cache tensors."""
+    from transformers import StaticCache
+
+    return StaticCache(config=model.config, max_cache_len=prompt_len + num_new_tokens)
+
+
+def static_greedy_decode(
+    model: Any, prompts, num_new_tokens: int, device: str, cache: Any, decode_step: Any = None
+) -> dict[str, Any]:
+    """greedy_decode() on a static KV cache (`cache`, from static_cache(), reset here): every
+    decode step has the same shapes, so `decode_step` (the model's forward compiled with
+    mode="reduce-overhead", decode_step_fn) replays one captured CUDA graph per token. Same
+    tokens as greedy_decode."""
+    import torch
+
+    from distbench.ranks.dist import synchronize
+
+    decode_step = decode_step or model
+    prompts = prompts.to(device)
+    prompt_len = prompts.shape[1]
+    with torch.inference_mode():  # the cache's tensors were made in inference mode
+        cache.reset()
+        synchronize(device)
+        start = time.perf_counter()
+        positions = torch.arange(prompt_len, device=prompts.device)
+        out = model(
+            input_ids=prompts,
+            past_key_values=cache,
+            cache_position=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        first_logits = out.logits[:, -1, :].float()
+        token = first_logits.argmax(dim=-1)
+        synchronize(device)
+        prefill_done = time.perf_counter()
+        tokens = [token]
+        for i in range(num_new_tokens - 1):
+            position = positions[-1:] + 1 + i
+            out = decode_step(
+                input_ids=token[:, None].clone(),
+                past_key_values=cache,
+                cache_position=position,
+                position_ids=position[None, :].expand(token.shape[0], 1),
+                use_cache=True,
+            )
+            token = out.logits[:, -1, :].argmax(dim=-1)
+            tokens.append(token)
+        synchronize(device)
+        end = time.perf_counter()
+    return {
+        "tokens": torch.stack(tokens, dim=1).cpu(),
+        "first_logits": first_logits.cpu(),
+        "prefill_s": prefill_done - start,
+        "decode_s": end - prefill_done,
+    }
+
+
+def decode_step_fn(model: Any) -> Any:
+    """The model's forward compiled with mode="reduce-overhead": torch.compile captures the
+    fixed-shape decode step as a CUDA graph and replays it (the first calls compile)."""
+    import torch
+
+    return torch.compile(model.forward, mode="reduce-overhead")
+
+
+def kernel_injected(model: Any, dtype: str) -> Any:
+    """The model with DeepSpeed's fused inference kernels swapped in
+    (`init_inference(replace_with_kernel_inject=True)`, CUDA only); returns the module."""
+    import os
+
+    import deepspeed
+    import torch
+
+    from distbench.workloads.timing import torch_dtype
+
+    # DeepSpeed builds the kernels on first use for TORCH_CUDA_ARCH_LIST, else for the arch
+    # names torch reports, which it cannot parse on Hopper ("9.0a": invalid literal for int).
+    major, minor = torch.cuda.get_device_capability()
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
+    engine = deepspeed.init_inference(
+        model, dtype=torch_dtype(dtype), replace_with_kernel_inject=True
+    )
+    return engine.module
+
+
 class _TensorParallelGroups:
     """DeepSpeed's `mpu` interface over consecutive-rank TP groups [r·tp, (r+1)·tp): the
     inference engine otherwise makes one group of ranks 0..tp−1 whatever the world size."""
@@ -167,9 +255,14 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     prompt_len, batch_size = inference_sizes(job.options, job.batch)
     num_new = job.options.num_new_tokens
     model = build_model(job.model, job.workload.dtype, job.workload.seed, job.device).eval()
+    options = job.options
     if layout.tp > 1:
         model = tensor_parallel(model, layout, job.workload.dtype)
+    elif options.kernel_inject:
+        model = kernel_injected(model, job.workload.dtype)
     model = model.to(device)
+    decode_step = decode_step_fn(model) if options.cuda_graph else None
+    cache = static_cache(model, prompt_len, num_new) if options.cuda_graph else None
     dist_utils.heartbeat(run_dir, rank, -1)  # model built (TP: split; may compile a DS op)
     dist_utils.synchronize(device)
     init_mem_bytes = dist_utils.current_memory_bytes(device)
@@ -186,7 +279,11 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         dist_utils.heartbeat(run_dir, rank, step)
         faults.inject(job.fault, rank, step)
         dist.barrier()
-        out = greedy_decode(model, replica_rows(prompts, dp_rank, batch_size), num_new, device)
+        rows = replica_rows(prompts, dp_rank, batch_size)
+        if options.cuda_graph:
+            out = static_greedy_decode(model, rows, num_new, device, cache, decode_step)
+        else:
+            out = greedy_decode(model, rows, num_new, device)
         prefill_s.append(out["prefill_s"])
         decode_s.append(out["decode_s"])
         if step >= num_warmup:

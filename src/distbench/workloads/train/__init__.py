@@ -28,6 +28,9 @@ class TrainWorkload(WorkloadConfig):
     # pure = everything in dtype (distbench/precision.py). Tagged `precision` (bf16-mixed, ...).
     precision: str = "mixed"
     optimizer_impl: str = "auto"  # auto (= fused) | fused | foreach | for-loop; tagged
+    # N more steps after the timed ones under torch.profiler (not timed): the job dir gets
+    # profile.rank0.txt and trace.rank0.json (distbench/ranks/profiling.py).
+    profile_steps: int = 0
 
 
 def check(job: Job) -> None:
@@ -43,6 +46,10 @@ def check(job: Job) -> None:
             f"({model.max_position_embeddings})"
         )
     checks.no_fp16_on_cpu(job.device, job.dtype)
+    if job.workload.profile_steps < 0:
+        raise ConfigError(
+            f"workload.profile_steps={job.workload.profile_steps} must be >= 0 (0: no profile)"
+        )
     check_precision(job)
 
 

@@ -94,10 +94,16 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     from distbench.engines import get as get_engine
     from distbench.ranks import dist as dist_utils
     from distbench.ranks import faults
-    from distbench.ranks.models import build_meta_model, build_model
+    from distbench.ranks.models import build_meta_model, build_model, import_model_class
 
     layout, device = job.layout, job.device
     rank = dist.get_rank()
+    # Libraries are imported before the init clock starts, as a script imports them at its top:
+    # init_time_s is the model build and the engine start; import_time_s is logged beside it.
+    import_started = time.perf_counter()
+    engine_module = get_engine(job.engine)
+    import_model_class(job.model)
+    import_time_s = time.perf_counter() - import_started
     init_started = time.perf_counter()
     # Random weights: built on meta, materialised by the engine on the device (this rank's
     # shard where the layout shards); pretrained weights: loaded straight onto the device.
@@ -105,7 +111,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         model = build_model(job.model, job.weights_dtype, job.workload.seed, device)
     else:
         model = build_meta_model(job.model, job.weights_dtype)
-    wrapped = get_engine(job.engine).initialize(model, job)
+    wrapped = engine_module.initialize(model, job)
     dist_utils.heartbeat(run_dir, rank, -1)  # engine built (may take long: partitioning, ops)
     dist_utils.synchronize(device)
     init_time_s = time.perf_counter() - init_started
@@ -163,7 +169,27 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
             progress.flush()
     if progress:
         progress.close()
+    profiled = {}
+    if job.workload.profile_steps:
+        from distbench.ranks.profiling import profile_steps
+
+        def untimed_step(i: int) -> float:
+            step = num_warmup + num_timed + i
+            tokens = global_batch(
+                job.workload.seed,
+                step,
+                job.batch.grad_accum_steps,
+                layout.dp * job.batch.micro_batch_size,
+                job.batch.seq_len,
+                job.model.vocab_size,
+            )
+            micro_batches = rank_micro_batches(tokens, wrapped.dp_rank, job.batch.micro_batch_size)
+            dist.barrier()
+            return wrapped.train_step(micro_batches)
+
+        profiled = profile_steps(run_dir, rank, device, job.workload.profile_steps, untimed_step)
     return {
+        **profiled,
         "rank": rank,
         "dp_rank": wrapped.dp_rank,
         "coords": dict(zip(GRID_DIMS, wrapped.coords, strict=True)),
@@ -171,6 +197,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         "losses": losses,
         "init_mem_bytes": init_mem_bytes,
         "init_time_s": init_time_s,
+        "import_time_s": import_time_s,
         "peak_mem_bytes": dist_utils.peak_memory_bytes(device),
         "num_params_local": wrapped.num_params_local(),
     }
@@ -214,6 +241,11 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
     )
     metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / GIB
     metrics["init_time_s"] = max(r["init_time_s"] for r in result["ranks"])
+    if "import_time_s" in result["ranks"][0]:
+        metrics["import_time_s"] = max(r["import_time_s"] for r in result["ranks"])
+    for key in ("profile_step_time_s", "profile_device_busy_frac"):
+        if key in result["ranks"][0]:
+            metrics[key] = result["ranks"][0][key]
     metrics["tokens_per_step"] = float(num_tokens)
     metrics["model_flops_per_token"] = flops
     metrics["num_params"] = float(params["total"])

@@ -1,0 +1,73 @@
+"""`workload.profile_steps=N`: N more training steps after the timed ones, under torch.profiler
+(they are not in the step timings), and what the device and the host spent them on.
+
+Rank 0 writes, in the job dir: profile.rank0.txt (the step's wall time, the device's busy time
+and idle fraction, then the operators by device time and by host time) and trace.rank0.json
+(a Chrome / Perfetto trace). The idle fraction tells a host-bound step (Python hooks, kernel
+launches: the device waits) from a device-bound one.
+
+    python run.py strategy=zero3 model=llama_1b workload.dtype=bf16 workload.profile_steps=2
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROW_LIMIT = 25
+
+
+def device_busy_fraction(device_busy_s: float, wall_s: float) -> float:
+    """Fraction of the wall time the device ran kernels (kernels on several streams can overlap,
+    so this is an upper bound)."""
+    return min(1.0, device_busy_s / wall_s) if wall_s > 0 else 0.0
+
+
+def profile_steps(
+    run_dir: Path, rank: int, device: str, num_steps: int, step: Callable[[int], Any]
+) -> dict[str, float]:
+    """Run `step(i)` for i in range(num_steps) under torch.profiler; rank 0 writes the tables
+    and the trace. Returns {profile_step_time_s, profile_device_busy_frac} (per step)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, record_shapes=False) as prof:
+        started = time.perf_counter()
+        for i in range(num_steps):
+            step(i)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        wall_s = (time.perf_counter() - started) / num_steps
+    averages = prof.key_averages()
+    device_busy_s = sum(e.self_device_time_total for e in averages) / 1e6 / num_steps
+    figures = {
+        "profile_step_time_s": wall_s,
+        "profile_device_busy_frac": device_busy_fraction(device_busy_s, wall_s)
+        if device == "cuda"
+        else 1.0,
+    }
+    if rank == 0:
+        lines = [
+            f"{num_steps} profiled steps after the timed ones: {wall_s:.4f} s per step (wall, "
+            f"under the profiler); device busy {device_busy_s:.4f} s per step "
+            f"({100 * figures['profile_device_busy_frac']:.1f} % of the wall time)",
+            "",
+        ]
+        if device == "cuda":
+            lines += [
+                "## by device time",
+                averages.table(sort_by="self_device_time_total", row_limit=ROW_LIMIT),
+                "",
+            ]
+        lines += [
+            "## by host time",
+            averages.table(sort_by="self_cpu_time_total", row_limit=ROW_LIMIT),
+        ]
+        (run_dir / "profile.rank0.txt").write_text("\n".join(lines) + "\n")
+        prof.export_chrome_trace(str(run_dir / "trace.rank0.json"))
+    return figures
