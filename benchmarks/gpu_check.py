@@ -154,10 +154,7 @@ def bare_comparison(
     keys = ("fixed_cost_s", "step_p50_ratio", "bare_wall_s", "distbench_wall_s", "pass")
     return {
         "world_size": world_size,
-        **{
-            strategy: {k: f.get(k) for k in keys}
-            for strategy, f in figures["strategies"].items()
-        },
+        **{strategy: {k: f.get(k) for k in keys} for strategy, f in figures["strategies"].items()},
     }
 
 

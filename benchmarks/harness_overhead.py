@@ -32,6 +32,9 @@ steps, no unkept round (~1.5 min).
     .venv/bin/python benchmarks/harness_overhead.py                  # 3 repeats, 3 + 10 steps
     .venv/bin/python benchmarks/harness_overhead.py --repeats 5 --strategies ddp
     .venv/bin/python benchmarks/harness_overhead.py --quick          # 1 repeat of 1 + 3 steps
+    # on one GPU, a real model: both sides build it on the device (random weights), bf16-mixed
+    python benchmarks/harness_overhead.py --quick --world-size 1 --device cuda \
+        --model llama_1b --batch medium --dtype bf16
 
 Figures go to benchmarks/results/harness_overhead.{json,md} (`--quick`: harness_overhead_quick.*;
 `--out-dir` elsewhere); the last stdout line is one JSON document.
