@@ -25,6 +25,20 @@ def device_busy_fraction(device_busy_s: float, wall_s: float) -> float:
     return min(1.0, device_busy_s / wall_s) if wall_s > 0 else 0.0
 
 
+def kernel_time_us(events: Any) -> float:
+    """The device's kernel time (µs) in profiler events: the device-side events alone, as the
+    profiler's own "Self CUDA time total" counts it (an operator's self device time repeats
+    its kernels' time, so summing every event would count each kernel twice)."""
+    from torch.autograd import DeviceType
+
+    device_types = (DeviceType.CUDA, DeviceType.PrivateUse1)
+    return sum(
+        e.self_device_time_total
+        for e in events
+        if e.device_type in device_types and not e.is_user_annotation
+    )
+
+
 def profile_steps(
     run_dir: Path, rank: int, device: str, num_steps: int, step: Callable[[int], Any]
 ) -> dict[str, float]:
@@ -44,7 +58,7 @@ def profile_steps(
             torch.cuda.synchronize()
         wall_s = (time.perf_counter() - started) / num_steps
     averages = prof.key_averages()
-    device_busy_s = sum(e.self_device_time_total for e in averages) / 1e6 / num_steps
+    device_busy_s = kernel_time_us(averages) / 1e6 / num_steps
     figures = {
         "profile_step_time_s": wall_s,
         "profile_device_busy_frac": device_busy_fraction(device_busy_s, wall_s)
