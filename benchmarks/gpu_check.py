@@ -32,19 +32,18 @@ line is the JSON document.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "src"))
+
+from harness_overhead import work_dir  # noqa: E402  (benchmarks/ is this script's dir)
 
 from distbench.compose.hardware import gpu_names  # noqa: E402
 
@@ -158,18 +157,6 @@ def bare_comparison(
     }
 
 
-@contextlib.contextmanager
-def work_dir(keep: Path | None) -> Iterator[Path]:
-    """Where job dirs and the store go: `keep` (kept afterwards, to read a failed job's logs)
-    or a temporary dir removed at the end."""
-    if keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        yield keep.resolve()
-        return
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        yield Path(tmp)
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -217,7 +204,7 @@ def main() -> None:
             sys.exit(f"gpu_check: --only {','.join(unknown)}: not in the grid (see --list)")
         planned = [(name, overrides) for name, overrides in planned if name in wanted]
     jobs = []
-    with work_dir(args.work_dir) as work:
+    with work_dir(args.work_dir, "gpu_check_") as work:
         env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work}/mlflow.db")
         for name, overrides in planned:
             jobs.append(run_job(name, overrides, work, steps, env))

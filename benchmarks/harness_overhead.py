@@ -150,7 +150,7 @@ def run_bare(strategy: str, args: argparse.Namespace, work: Path) -> dict[str, A
     cmd += ["--nnodes=1", "--master_addr=127.0.0.1", f"--master_port={port}"]
     cmd += [str(BARE_SCRIPTS[strategy]), "--num-warmup-steps", str(num_warmup)]
     cmd += ["--num-steps", str(num_steps), "--device", device, "--dtype", args.dtype]
-    cmd += ["--batch", ",".join(str(n) for n in batch_shape(args.batch))]
+    cmd += ["--batch", ",".join(str(n) for n in conf_batch_shape(args.batch))]
     if args.model == "tiny":  # the same start weights: equal first losses
         cmd += ["--weights", str(work / "weights")]
     else:  # built on the device from the same config (random init: losses differ)
@@ -237,7 +237,7 @@ def composed(overrides: list[str]) -> Any:
         return compose(config_name="config", overrides=overrides)
 
 
-def batch_shape(batch: str) -> tuple[int, int, int]:
+def conf_batch_shape(batch: str) -> tuple[int, int, int]:
     """(micro_batch_size, grad_accum_steps, seq_len) of conf/batch/<batch>.yaml."""
     cfg = composed([f"batch={batch}"]).batch
     return cfg.micro_batch_size, cfg.grad_accum_steps, cfg.seq_len

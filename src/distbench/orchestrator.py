@@ -22,9 +22,10 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG,
 from distbench.workloads import Measured, host_metrics, registry
 
 SCHEDULER_STATE_WAIT_S = 5.0
+LIVE_START_WAIT_ON_CANCEL_S = 5.0
 # Ranks per CPU core beyond which a CPU job is refused (one rank = one core; tests time-share
 # up to 4 ranks a core, more only thrashes or exhausts memory).
 MAX_RANKS_PER_CPU_CORE = 4
@@ -122,6 +124,7 @@ TAGGED_OUTCOME_KEYS = (
     "slurm_job_id",
     "tp_across_nodes",
     "equivalence_note",
+    "decode",  # inference: eager or cuda_graph
 )
 ARTIFACTS = (
     "resolved.yaml",
@@ -559,15 +562,18 @@ def _run_job(
     outcome["master_port"] = launch.port
     # The RUNNING run is created while the ranks start, not before: a store's first connection
     # costs seconds (importing mlflow, opening sqlite) that the ranks' own start-up hides. It
-    # streams progress.jsonl from its first line, whenever it starts.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-run") as pool:
-        live_run = pool.submit(_start_live, cfg, outcome, job_dir, project_dir, label, started)
-        try:
-            launched = _launch(job, launch, job_dir, tags, label)
-        finally:  # also when cancelled: the run is then filled as such
-            live = live_run.result()
-            if live is not None:
-                live.stop()
+    # streams progress.jsonl from its first line, whenever it starts. The store's address is
+    # resolved first: a bad tracking config fails before anything is launched.
+    from distbench.tracking.sweep import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-run")
+    live_run = pool.submit(_start_live, cfg, uri, outcome, job_dir, project_dir, label, started)
+    try:
+        launched = _launch(job, launch, job_dir, tags, label)
+    finally:  # also when cancelled: the run is then filled as such
+        _stop_live(live_run, cancelled=sys.exc_info()[0] is not None, label=label)
+        pool.shutdown(wait=False)
     outcome["wall_time_s"] = launched.wall_time_s
 
     # 5. the result and its metrics, or the failure
@@ -702,8 +708,21 @@ def logged_params(config_tree: dict[str, Any]) -> dict[str, str]:
     return flatten(tree)
 
 
+def _stop_live(live_run: Future, cancelled: bool, label: str) -> None:
+    """Stop the live run once it has started. A cancelled job waits for its start at most
+    LIVE_START_WAIT_ON_CANCEL_S (SIGKILL follows SIGTERM soon): a run that starts later is left
+    RUNNING, and `distbench sync` ends it from the job dir."""
+    try:
+        live = live_run.result(timeout=LIVE_START_WAIT_ON_CANCEL_S if cancelled else None)
+        if live is not None:
+            live.stop()
+    except Exception as exc:  # the job's outcome is recorded at the end all the same
+        print(f"distbench: {label}: the live MLflow run was not stopped ({type(exc).__name__})")
+
+
 def _start_live(
     cfg: DictConfig,
+    uri: str | None,
     outcome: dict[str, Any],
     job_dir: Path,
     project_dir: Path,
@@ -714,9 +733,8 @@ def _start_live(
     (tracking off, or the store down: the run is then logged at the end or spooled)."""
     from distbench.tracking.live import start_live_run
     from distbench.tracking.secrets_mask import mask_text
-    from distbench.tracking.sweep import PARENT_RUN_ENV, resolve_tracking_uri
+    from distbench.tracking.sweep import PARENT_RUN_ENV
 
-    uri = resolve_tracking_uri(cfg.tracking, Path.cwd())
     if uri is None:
         return None
     try:

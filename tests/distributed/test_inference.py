@@ -45,6 +45,7 @@ def run(tmp_path, strategy: str):
     cfg = compose_config([*FAST, f"strategy={strategy}"])
     outcome = run_job(cfg, tmp_path, CONF_DIR, PROJECT_DIR)
     assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
+    assert outcome["decode"] == "eager"  # tagged: inference.cuda_graph=true is "cuda_graph"
     return cfg, outcome["metrics"], json.loads((tmp_path / "result.json").read_text())
 
 

@@ -34,13 +34,15 @@ def test_profiled_steps_follow_the_timed_ones_and_leave_their_tables(tmp_path):
     result = json.loads((tmp_path / "result.json").read_text())
     assert len(result["step_times_s"]) == 3 and metrics["num_timed_steps"] == 2
     assert metrics["profile_step_time_s"] > 0
-    assert metrics["profile_device_busy_frac"] == 1.0  # CPU ranks: no device timeline
+    assert "profile_device_busy_frac" not in metrics  # CPU ranks: no device timeline
     profile = (tmp_path / "profile.rank0.txt").read_text()
     assert profile.startswith("1 profiled steps after the timed ones")
+    assert "device kernels" not in profile.splitlines()[0]
     assert "## by host time" in profile and "## by device time" not in profile
     assert "aten::mm" in profile  # the model's matrix products were recorded
     trace = json.loads((tmp_path / "trace.rank0.json").read_text())
     assert trace["traceEvents"]
     assert not (tmp_path / "profile.rank1.txt").exists()
-    # imports are timed apart: init_time_s is the model build and the engine start
-    assert metrics["import_time_s"] > 0 and metrics["init_time_s"] > 0
+    # imports are timed apart: the tiny model builds in a fraction of the time its rank takes to
+    # import the engine and the transformers modeling module (both inside init_time_s before)
+    assert 0 < metrics["init_time_s"] < metrics["import_time_s"]

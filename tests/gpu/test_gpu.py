@@ -54,6 +54,8 @@ def test_every_workload_runs_on_one_gpu(tmp_path, overrides):
         assert outcome["precision"] == "bf16-mixed" and outcome["optimizer_impl"] == "fused"
         assert outcome["equivalent"] == "true"
         assert metrics["init_time_s"] < 30
+    if "inference.cuda_graph=true" in overrides:
+        assert outcome["decode"] == "cuda_graph"
     if "workload.profile_steps=1" in overrides:
         profile = (tmp_path / "profile.rank0.txt").read_text()
         assert "## by device time" in profile and "## by host time" in profile

@@ -9,11 +9,7 @@ import pytest
 
 from distbench.compose.schema import BatchConfig, ConfigError
 from distbench.job import Layout, resolve_job
-from distbench.workloads.inference import (
-    InferenceConfig,
-    inference_sizes,
-    kernel_inject_refusal,
-)
+from distbench.workloads.inference import InferenceConfig, inference_sizes
 from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
@@ -66,7 +62,15 @@ def test_sizes_default_to_the_batch_group():
         (["workload.num_steps=0"], "workload.num_steps=0 must be >= 1"),
         (["hardware=cpu", "workload.dtype=fp16"], "does not run on CPU"),
         (["hardware=cpu", "inference.cuda_graph=true"], "inference.cuda_graph=true needs a CUDA"),
-        (["hardware=cpu", "inference.kernel_inject=true"], "kernel_inject=true needs a CUDA"),
+        (["inference.kernel_inject=true"], "do not run with the transformers versions"),
+        (
+            ["hardware=h100_sxm", "strategy=tp", "inference.cuda_graph=true"],
+            "inference.cuda_graph=true runs on whole replicas, not with tp(2)",
+        ),
+        (
+            ["hardware=h100_sxm", "inference.cuda_graph=true", "workload.num_warmup_steps=0"],
+            "workload.num_warmup_steps=0 must be >= 1",
+        ),
     ],
 )
 def test_refusals_name_the_value(overrides, message):
@@ -77,11 +81,3 @@ def test_refusals_name_the_value(overrides, message):
 
 def test_the_longest_prompt_that_fits():
     assert layout("inference.prompt_len=1008", "inference.num_new_tokens=16").dp == 2
-
-
-def test_kernel_injection_is_refused_where_deepspeed_cannot_run_it():
-    llama, gpt2 = job_of("model=llama_1b").model, job_of("model=gpt2_124m").model
-    # what an H100 run showed with transformers 5.17 (DynamicCache, GQA): refused before launch
-    assert "transformers 5.17.0" in kernel_inject_refusal(gpt2, "5.17.0")
-    assert "num_kv_heads=8 < 32" in kernel_inject_refusal(llama, "4.46.3")
-    assert kernel_inject_refusal(gpt2, "4.46.3") is None

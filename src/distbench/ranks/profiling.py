@@ -40,10 +40,17 @@ def kernel_time_us(events: Any) -> float:
 
 
 def profile_steps(
-    run_dir: Path, rank: int, device: str, num_steps: int, step: Callable[[int], Any]
+    run_dir: Path,
+    rank: int,
+    device: str,
+    num_steps: int,
+    step: Callable[[int], Any],
+    beat: Callable[[], None],
 ) -> dict[str, float]:
     """Run `step(i)` for i in range(num_steps) under torch.profiler; rank 0 writes the tables
-    and the trace. Returns {profile_step_time_s, profile_device_busy_frac} (per step)."""
+    and the trace (`beat()` before: tabulating a long trace takes a while, and the watchdog
+    must not take it for a stall). Returns profile_step_time_s (per step) and, on a GPU,
+    profile_device_busy_frac."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -57,19 +64,22 @@ def profile_steps(
         if device == "cuda":
             torch.cuda.synchronize()
         wall_s = (time.perf_counter() - started) / num_steps
+    beat()
     averages = prof.key_averages()
     device_busy_s = kernel_time_us(averages) / 1e6 / num_steps
-    figures = {
-        "profile_step_time_s": wall_s,
-        "profile_device_busy_frac": device_busy_fraction(device_busy_s, wall_s)
-        if device == "cuda"
-        else 1.0,
-    }
+    figures = {"profile_step_time_s": wall_s}
+    if device == "cuda":  # CPU ranks have no device timeline
+        figures["profile_device_busy_frac"] = device_busy_fraction(device_busy_s, wall_s)
     if rank == 0:
         lines = [
             f"{num_steps} profiled steps after the timed ones: {wall_s:.4f} s per step (wall, "
-            f"under the profiler); device busy {device_busy_s:.4f} s per step "
-            f"({100 * figures['profile_device_busy_frac']:.1f} % of the wall time)",
+            "under the profiler)"
+            + (
+                f"; device kernels {device_busy_s:.4f} s per step "
+                f"({100 * figures['profile_device_busy_frac']:.1f} % of the wall time)"
+                if device == "cuda"
+                else ""
+            ),
             "",
         ]
         if device == "cuda":

@@ -12,8 +12,6 @@ DeepSpeed AutoTP (init_inference) over strategy.tp ranks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.metadata import version
-from typing import Any
 
 from distbench.compose import checks
 from distbench.compose.checks import one_of, positive
@@ -22,6 +20,15 @@ from distbench.job import Job
 from distbench.workloads import WorkloadSpec, register
 
 DECODINGS = ("greedy",)
+# Measured on an H100 (2026-11-25, DeepSpeed 0.19.8, transformers 5.17): DeepSpeed's injected
+# GPT-2 layer reads the KV cache as a tensor ("'DynamicCache' object has no attribute 'dtype'")
+# and its Llama container fuses q, k, v and refuses grouped-query attention ("Merging tensors is
+# not allowed here"). transformers >= 4.56 (what distbench supports) passes Cache objects.
+KERNEL_INJECT_REFUSAL = (
+    "inference.kernel_inject=true: DeepSpeed's injected inference kernels do not run with the "
+    "transformers versions distbench supports (they expect the legacy tuple KV cache; Llama's "
+    "also refuses grouped-query attention); use inference.cuda_graph=true"
+)
 
 
 @dataclass
@@ -42,11 +49,12 @@ class InferenceConfig:
     prompt_len: int | None = None  # None: batch.seq_len
     batch_size: int | None = None  # prompts per replica; None: batch.micro_batch_size
     decoding: str = "greedy"  # argmax, no sampling (deterministic across layouts)
-    # CUDA only. kernel_inject: DeepSpeed's fused inference kernels (init_inference with
-    # replace_with_kernel_inject); cuda_graph: a static KV cache and the decode step compiled
-    # with torch.compile(mode="reduce-overhead"), replayed as a CUDA graph per token.
-    kernel_inject: bool = False
+    # CUDA only: a static KV cache and the decode step compiled with
+    # torch.compile(mode="reduce-overhead"), replayed as a CUDA graph per token; tagged decode.
     cuda_graph: bool = False
+    # DeepSpeed's injected kernels (init_inference(replace_with_kernel_inject=True)): refused,
+    # with the reason (KERNEL_INJECT_REFUSAL).
+    kernel_inject: bool = False
 
 
 def inference_sizes(inference: InferenceConfig, batch: BatchConfig) -> tuple[int, int]:
@@ -102,41 +110,30 @@ def check(job: Job) -> None:
             f"model.max_position_embeddings({model.max_position_embeddings})"
         )
     checks.no_fp16_on_cpu(job.device, job.dtype)
-    for option in ("kernel_inject", "cuda_graph"):
-        if getattr(inf, option) and job.device != "cuda":
-            raise ConfigError(
-                f"inference.{option}=true needs a CUDA device (hardware device is "
-                f"{job.device}); leave it false on CPU"
-            )
-    if inf.kernel_inject and tp > 1:
+    if inf.kernel_inject:
+        raise ConfigError(KERNEL_INJECT_REFUSAL)
+    if inf.cuda_graph:
+        check_cuda_graph(job)
+
+
+def check_cuda_graph(job: Job) -> None:
+    """CUDA graphs: a CUDA device, whole replicas (AutoTP's all-reduces inside a captured graph
+    have not run on a GPU here), and a warm-up request batch to compile in."""
+    if job.device != "cuda":
         raise ConfigError(
-            f"inference.kernel_inject=true runs on whole replicas here, not with tp({tp}); "
+            f"inference.cuda_graph=true needs a CUDA device (hardware device is {job.device}); "
+            "leave it false on CPU"
+        )
+    if job.layout.tp > 1:
+        raise ConfigError(
+            f"inference.cuda_graph=true runs on whole replicas, not with tp({job.layout.tp}); "
             "use strategy=dp"
         )
-    if inf.kernel_inject:
-        refusal = kernel_inject_refusal(model, version("transformers"))
-        if refusal:
-            raise ConfigError(refusal)
-
-
-def kernel_inject_refusal(model: Any, transformers_version: str) -> str | None:
-    """Why DeepSpeed's injected inference kernels cannot run this model here, or None. Seen on
-    an H100 (2026-11-25, DeepSpeed 0.19.8, transformers 5.17): its GPT-2 layer reads the KV
-    cache as a tensor (transformers 5 passes a DynamicCache: "'DynamicCache' object has no
-    attribute 'dtype'"), and its Llama container fuses q, k, v and refuses grouped-query
-    attention ("Merging tensors is not allowed here")."""
-    if int(transformers_version.split(".")[0]) >= 5:
-        return (
-            f"inference.kernel_inject=true: DeepSpeed's injected kernels do not run under "
-            f"transformers {transformers_version} (they expect the 4.x KV cache); use "
-            "inference.cuda_graph=true"
+    if job.workload.num_warmup_steps < 1:
+        raise ConfigError(
+            "inference.cuda_graph=true compiles during the first request batch: "
+            f"workload.num_warmup_steps={job.workload.num_warmup_steps} must be >= 1"
         )
-    if model.family == "llama" and model.num_kv_heads != model.num_heads:
-        return (
-            f"inference.kernel_inject=true: DeepSpeed's Llama kernels need num_kv_heads == "
-            f"num_heads; model.num_kv_heads={model.num_kv_heads} < {model.num_heads}"
-        )
-    return None
 
 
 SPEC = register(

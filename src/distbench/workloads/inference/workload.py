@@ -155,26 +155,6 @@ def decode_step_fn(model: Any) -> Any:
     return torch.compile(model.forward, mode="reduce-overhead")
 
 
-def kernel_injected(model: Any, dtype: str) -> Any:
-    """The model with DeepSpeed's fused inference kernels swapped in
-    (`init_inference(replace_with_kernel_inject=True)`, CUDA only); returns the module."""
-    import os
-
-    import deepspeed
-    import torch
-
-    from distbench.workloads.timing import torch_dtype
-
-    # DeepSpeed builds the kernels on first use for TORCH_CUDA_ARCH_LIST, else for the arch
-    # names torch reports, which it cannot parse on Hopper ("9.0a": invalid literal for int).
-    major, minor = torch.cuda.get_device_capability()
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
-    engine = deepspeed.init_inference(
-        model, dtype=torch_dtype(dtype), replace_with_kernel_inject=True
-    )
-    return engine.module
-
-
 class _TensorParallelGroups:
     """DeepSpeed's `mpu` interface over consecutive-rank TP groups [r·tp, (r+1)·tp): the
     inference engine otherwise makes one group of ranks 0..tp−1 whatever the world size."""
@@ -258,8 +238,6 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     options = job.options
     if layout.tp > 1:
         model = tensor_parallel(model, layout, job.workload.dtype)
-    elif options.kernel_inject:
-        model = kernel_injected(model, job.workload.dtype)
     model = model.to(device)
     decode_step = decode_step_fn(model) if options.cuda_graph else None
     cache = static_cache(model, prompt_len, num_new) if options.cuda_graph else None
@@ -363,4 +341,5 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
     metrics["prompt_len"] = float(prompt_len)
     series = [("latency_s", t, i) for i, t in enumerate(result["latency_times_s"])]
     series += [("time_to_first_token_s", t, i) for i, t in enumerate(result["prefill_times_s"])]
-    return Measured(metrics=metrics, series=series)
+    decode = "cuda_graph" if job.options.cuda_graph else "eager"
+    return Measured(metrics=metrics, series=series, tags={"decode": decode})

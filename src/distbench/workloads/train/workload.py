@@ -51,6 +51,19 @@ def rank_micro_batches(tokens, dp_rank: int, micro_batch_size: int) -> list:
     return [tokens[g, rows].contiguous() for g in range(tokens.shape[0])]
 
 
+def step_micro_batches(job: Job, step: int, replica: int) -> list:
+    """Replica `replica`'s micro-batches of step `step`'s global batch."""
+    tokens = global_batch(
+        job.workload.seed,
+        step,
+        job.batch.grad_accum_steps,
+        job.layout.dp * job.batch.micro_batch_size,
+        job.batch.seq_len,
+        job.model.vocab_size,
+    )
+    return rank_micro_batches(tokens, replica, job.batch.micro_batch_size)
+
+
 def work_per_step(job: Job) -> tuple[int, float]:
     """(tokens per optimizer step over all replicas, model FLOPs per token) of a training job."""
     model, batch = job.model, job.batch
@@ -123,16 +136,8 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     num_tokens, flops = work_per_step(job)
     step_times_s, losses = [], []
     for step in range(num_warmup + num_timed):
-        tokens = global_batch(
-            job.workload.seed,
-            step,
-            job.batch.grad_accum_steps,
-            layout.dp * job.batch.micro_batch_size,
-            job.batch.seq_len,
-            job.model.vocab_size,
-        )
         replica = faults.data_rank(job.fault, wrapped.dp_rank)
-        micro_batches = rank_micro_batches(tokens, replica, job.batch.micro_batch_size)
+        micro_batches = step_micro_batches(job, step, replica)
         dist_utils.heartbeat(run_dir, rank, step)
         faults.inject(job.fault, rank, step)
         dist.barrier()
@@ -169,25 +174,25 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
             progress.flush()
     if progress:
         progress.close()
+    # Read before any profiled step: the profiler's own buffers are not the training's memory.
+    peak_mem_bytes = dist_utils.peak_memory_bytes(device)
     profiled = {}
     if job.workload.profile_steps:
         from distbench.ranks.profiling import profile_steps
 
         def untimed_step(i: int) -> float:
             step = num_warmup + num_timed + i
-            tokens = global_batch(
-                job.workload.seed,
-                step,
-                job.batch.grad_accum_steps,
-                layout.dp * job.batch.micro_batch_size,
-                job.batch.seq_len,
-                job.model.vocab_size,
-            )
-            micro_batches = rank_micro_batches(tokens, wrapped.dp_rank, job.batch.micro_batch_size)
+            dist_utils.heartbeat(run_dir, rank, step)  # the watchdog sees the job go on
+            micro_batches = step_micro_batches(job, step, wrapped.dp_rank)
             dist.barrier()
             return wrapped.train_step(micro_batches)
 
-        profiled = profile_steps(run_dir, rank, device, job.workload.profile_steps, untimed_step)
+        def beat() -> None:
+            dist_utils.heartbeat(run_dir, rank, num_warmup + num_timed)
+
+        profiled = profile_steps(
+            run_dir, rank, device, job.workload.profile_steps, untimed_step, beat
+        )
     return {
         **profiled,
         "rank": rank,
@@ -198,7 +203,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         "init_mem_bytes": init_mem_bytes,
         "init_time_s": init_time_s,
         "import_time_s": import_time_s,
-        "peak_mem_bytes": dist_utils.peak_memory_bytes(device),
+        "peak_mem_bytes": peak_mem_bytes,
         "num_params_local": wrapped.num_params_local(),
     }
 
@@ -243,7 +248,7 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
     metrics["init_time_s"] = max(r["init_time_s"] for r in result["ranks"])
     if "import_time_s" in result["ranks"][0]:
         metrics["import_time_s"] = max(r["import_time_s"] for r in result["ranks"])
-    for key in ("profile_step_time_s", "profile_device_busy_frac"):
+    for key in ("profile_step_time_s", "profile_device_busy_frac"):  # with profile_steps
         if key in result["ranks"][0]:
             metrics[key] = result["ranks"][0][key]
     metrics["tokens_per_step"] = float(num_tokens)
