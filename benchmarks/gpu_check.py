@@ -15,8 +15,12 @@ and `benchmarks/harness_overhead.py --quick` on the same device, model, batch an
 where two GPUs are visible, else 1): the same steps as a bare torchrun script, distbench's fixed
 cost per job. Each training row shows what
 was predicted next to what was measured (peak memory, step time), the precision recipe, the
-optimizer kernel, init time and host peak RSS. `--device cpu` runs the same grid on CPU ranks
-with the tiny model: that is how the tests run this script where there is no GPU.
+optimizer kernel, init time and host peak RSS. Training jobs run with
+`hardware.time_source=measured` (`--time-source`): their step time is predicted from the
+micro-batch's measured parts (compose/step_parts.py), and the efficiency model's figure for the
+same job stands beside it; the JSON keeps each job's measured parts. `--device cpu` runs the
+same grid on CPU ranks with the tiny model: that is how the tests run this script where there
+is no GPU.
 
     make gpu-check                                          # on a GPU machine
     .venv/bin/python benchmarks/gpu_check.py --model llama3_8b --batch small
@@ -32,6 +36,7 @@ line is the JSON document.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -45,7 +50,9 @@ sys.path.insert(0, str(PROJECT_DIR / "src"))
 
 from harness_overhead import work_dir  # noqa: E402  (benchmarks/ is this script's dir)
 
-from distbench.compose.hardware import gpu_names  # noqa: E402
+from distbench.compose.hardware import STEP_PARTS_FIELDS, gpu_names  # noqa: E402
+from distbench.figures.analytic import predict  # noqa: E402
+from distbench.job import Job  # noqa: E402
 
 TRAIN_STRATEGIES = ("single", "ddp", "fsdp", "dp", "zero3")
 JOB_TIMEOUT_S = 1800
@@ -53,6 +60,7 @@ JOB_TIMEOUT_S = 1800
 COLUMNS = (
     ("step p50 s", "step_time_s_p50", "{:.3f}"),
     ("pred step s", "pred_step_time_s", "{:.3f}"),
+    ("pred step s (eff.)", "pred_step_time_s_efficiency", "{:.3f}"),
     ("tokens/s", "throughput_tokens_per_s", "{:,.0f}"),
     ("MFU %", "mfu_pct", "{:.1f}"),
     ("peak GiB", "peak_mem_gib", "{:.2f}"),
@@ -73,13 +81,16 @@ def world_sizes(num_gpus: int) -> list[int]:
     return sizes
 
 
-def grid(sizes: list[int], model: str, batch: str, dtype: str) -> list[tuple[str, list[str]]]:
+def grid(
+    sizes: list[int], model: str, batch: str, dtype: str, time_source: str = "measured"
+) -> list[tuple[str, list[str]]]:
     """(name, run.py overrides) of every job of the check."""
     common = [f"model={model}", f"batch={batch}", f"workload.dtype={dtype}"]
+    train = [*common, f"hardware.time_source={time_source}"]
     jobs = []
     for size in sizes:
         at_size = [
-            (f"train-{strategy}-ws{size}", [f"strategy={strategy}", *common])
+            (f"train-{strategy}-ws{size}", [f"strategy={strategy}", *train])
             for strategy in TRAIN_STRATEGIES
             if strategy != "single" or size == 1
         ]
@@ -105,7 +116,22 @@ def run_job(name: str, overrides: list[str], work: Path, steps: list[str], env: 
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
         return {"name": name, "status": "FAILED", "failure_reason": tail[0], "wall_s": wall_s}
     outcome = json.loads(outcome_file.read_text())
+    if (job_dir / "resolved.yaml").exists() and name.startswith("train-"):
+        outcome.update(efficiency_prediction(job_dir, outcome.get("metrics") or {}))
     return {"name": name, "wall_s": wall_s, **outcome}
+
+
+def efficiency_prediction(job_dir: Path, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The job's step time predicted by the efficiency model too (side by side with the
+    measured parts it logged), and the measured parts themselves."""
+    job = Job.load(job_dir)
+    hardware = job.hardware
+    by_efficiency = job.replace(hardware=dataclasses.replace(hardware, time_source="efficiency"))
+    pred = predict(by_efficiency)
+    if pred.step_time_s is not None:
+        metrics["pred_step_time_s_efficiency"] = pred.step_time_s
+    parts = {key: getattr(hardware, key) for key in STEP_PARTS_FIELDS}
+    return {"time_source": hardware.time_source, "step_parts": parts}
 
 
 def row_of(job: dict[str, Any]) -> list[str]:
@@ -172,6 +198,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated job names of the grid: run just those")
     parser.add_argument("--list", action="store_true", help="print the grid's job names, run none")
     parser.add_argument("--work-dir", type=Path, help="an empty dir to keep job dirs and the store")
+    parser.add_argument(
+        "--time-source",
+        choices=("measured", "efficiency"),
+        default="measured",
+        help="hardware.time_source of the training jobs (the efficiency model is shown beside)",
+    )
     return parser.parse_args()
 
 
@@ -193,7 +225,7 @@ def main() -> None:
     sizes = world_sizes(num_gpus)
     if args.world_sizes:
         sizes = [int(size) for size in args.world_sizes.split(",")]
-    planned = grid(sizes, model, batch, dtype)
+    planned = grid(sizes, model, batch, dtype, args.time_source)
     if args.list:
         print("\n".join(name for name, _ in planned))
         return

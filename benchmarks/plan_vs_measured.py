@@ -27,6 +27,11 @@ store, then every job with `hardware.link_source=measured`: the predictions' lin
 are that run's α-β fit instead of the constants (figures/links.py); `time_err_pct_catalog_links`
 is the same job predicted on the catalog links, side by side.
 
+`--measured-time` runs every job with `hardware.time_source=measured`: the compute term is the
+micro-batch's measured parts (compose/step_parts.py: GEMMs timed at the model's shapes, other
+kernels at the measured bandwidth, host time per kernel) instead of peak × efficiency;
+`time_err_pct_efficiency` is the same job predicted by the efficiency model, side by side.
+
 `--keep` keeps the work folder (its path is printed) so `--repredict` can re-predict the same
 measurements after a change to the model. Figures go to benchmarks/results/plan_vs_measured.{csv,
 json,md} (`--out-dir` elsewhere); the last stdout line is one JSON document.
@@ -75,6 +80,7 @@ FIELDS = (
     "pred_step_s",
     "time_err_pct",
     "time_err_pct_catalog_links",
+    "time_err_pct_efficiency",
 )
 
 
@@ -130,6 +136,12 @@ def compare(job_dir: Path) -> dict[str, Any]:
         pred_step_s=pred.get("pred_step_time_s"),
         time_err_pct=100 * pred["time_pred_rel_err"] if "time_pred_rel_err" in pred else None,
     )
+    if job.hardware.time_source == "measured":  # side by side: the efficiency model
+        by_efficiency = dataclasses.replace(job.hardware, time_source="efficiency")
+        err = pred_vs_measured(job.replace(hardware=by_efficiency), metrics).get(
+            "time_pred_rel_err"
+        )
+        row["time_err_pct_efficiency"] = None if err is None else 100 * err
     if job.hardware.link_source == "measured":  # side by side: the same job on catalog links
         catalog = job.replace(hardware=dataclasses.replace(job.hardware, link_source="catalog"))
         err = pred_vs_measured(catalog, metrics).get("time_pred_rel_err")
@@ -185,6 +197,11 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="run workload=collectives first; predict with its α-β fit (hardware.link_source)",
     )
+    parser.add_argument(
+        "--measured-time",
+        action="store_true",
+        help="predict compute from the micro-batch's measured parts (hardware.time_source)",
+    )
     parser.add_argument("--out-dir", type=Path, default=PROJECT_DIR / "benchmarks" / "results")
     return parser.parse_args()
 
@@ -205,6 +222,8 @@ def main() -> None:
             links = ["workload=collectives", f"world_size={args.world_size}"]
             run_job(f"collectives-ws{args.world_size}", links, work, [], env)
             jobs = [(name, [*o, "hardware.link_source=measured"]) for name, o in jobs]
+        if args.measured_time:
+            jobs = [(name, [*o, "hardware.time_source=measured"]) for name, o in jobs]
         job_dirs = [run_job(name, overrides, work, steps, env) for name, overrides in jobs]
     rows = [compare(d) for d in job_dirs]
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

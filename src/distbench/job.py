@@ -24,7 +24,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose import checks
-from distbench.compose.hardware import apply_measured_links, resolve_hardware
+from distbench.compose.hardware import (
+    apply_measured_links,
+    apply_measured_step_parts,
+    resolve_hardware,
+)
 from distbench.compose.schema import (
     BatchConfig,
     ConfigError,
@@ -343,6 +347,10 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
 
         uri = resolve_tracking_uri(tracking, Path.cwd())
         apply_measured_links(hardware_tree, uri, tracking.experiment_name)
+    if hardware_tree.get("time_source") == "measured" and workload.name == "train":
+        apply_measured_step_parts(
+            hardware_tree, model, workload.dtype, batch.micro_batch_size, batch.seq_len
+        )
     job = Job(
         workload=workload,
         workload_module=spec.module,

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from distbench.job import Job
 from distbench.orchestrator import run_job
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config, requires_gpus
 
@@ -82,3 +83,19 @@ def test_strategy_runs_on_two_gpus_with_nccl(tmp_path, strategy):
     assert 0.001 < outcome["metrics"]["peak_mem_gib"] < 80
     resolved = (tmp_path / "resolved.yaml").read_text()
     assert "device: cuda" in resolved
+
+
+@requires_gpus(1)
+def test_the_step_parts_are_measured_on_the_gpu(tmp_path, monkeypatch):
+    """hardware.time_source=measured on CUDA: GEMMs timed on the device, a kernel floor from
+    CUDA events, and the run's own prediction built from them."""
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = ["strategy=single", "workload.dtype=bf16", "hardware.time_source=measured"]
+    outcome = run_job(compose_config([*ONE_GPU, *overrides]), tmp_path, CONF_DIR, PROJECT_DIR)
+    assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
+    resolved = (tmp_path / "resolved.yaml").read_text()
+    assert "time_source: measured" in resolved and "time_calibration_error: null" in resolved
+    hardware = Job.load(tmp_path).hardware
+    assert 0 < hardware.kernel_floor_us < 50 and hardware.micro_batch_gemm_s > 0
+    assert hardware.measured_mem_bandwidth_gbps > 100  # HBM, not a host copy
+    assert outcome["metrics"]["pred_step_time_s"] > 0

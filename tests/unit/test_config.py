@@ -147,6 +147,7 @@ def test_strategy_pins_its_stage():
         (["model.pretrained_path=/no/such/dir"], "model.pretrained_path='/no/such/dir'"),
         (["strategy=dp", "strategy.offload_param=cpu"], "offload_param needs zero_stage=3"),
         (["workload.profile_steps=-1"], "workload.profile_steps=-1 must be >= 0"),
+        (["hardware.time_source=fitted"], "hardware.time_source='fitted' is not allowed"),
     ],
 )
 def test_refusals_name_the_bad_value(overrides, message):

@@ -11,6 +11,7 @@ imports torch: GPUs are found with pynvml when installed, else `nvidia-smi`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 # FP32 FLOPs per cycle per core for the widest FMA the flags show: 2 FMA pipes x lanes x 2.
 FP32_FLOPS_PER_CYCLE = (("avx512f", 64), ("avx2", 32), ("avx", 16), ("sse2", 8))
@@ -218,6 +220,50 @@ def measured_peak_tflops(
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise subprocess.SubprocessError(f"calibrate exited {proc.returncode}: {last}")
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["tflops"])
+
+
+# What `hardware.time_source=measured` fills from compose/step_parts.py's figures.
+STEP_PARTS_FIELDS = (
+    "micro_batch_gemm_s",
+    "micro_batch_other_s",
+    "micro_batch_host_s",
+    "kernels_per_micro_batch",
+    "host_us_per_kernel",
+    "kernel_floor_us",
+    "measured_mem_bandwidth_gbps",
+)
+
+
+def apply_measured_step_parts(
+    hw: dict, model: Any, dtype: str, micro_batch_size: int, seq_len: int, timeout_s: float = 600.0
+) -> dict:
+    """`time_source=measured`: fill hw's STEP_PARTS_FIELDS for this model and micro-batch from
+    a `python -m distbench.compose.step_parts` subprocess (cached per machine and shape). A
+    failed measurement keeps the efficiency model, sets `time_source=efficiency` and says why in
+    `time_calibration_error`: a job is never lost to its calibration."""
+    device = "cuda" if hw["device"] == "cuda" else "cpu"
+    cmd = [sys.executable, "-m", "distbench.compose.step_parts", "--device", device]
+    cmd += ["--dtype", dtype, "--model-json", json.dumps(dataclasses.asdict(model))]
+    cmd += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
+    cmd += ["--device-name", _device_name(device)]
+    env = dict(os.environ, OMP_NUM_THREADS="1") if device == "cpu" else None
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise subprocess.SubprocessError(f"step_parts exited {proc.returncode}: {last}")
+        figures = json.loads(proc.stdout.strip().splitlines()[-1])
+        hw.update({key: figures[key] for key in STEP_PARTS_FIELDS})
+        hw["time_source"] = "measured"
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError) as exc:
+        hw["time_source"] = "efficiency"
+        hw["time_calibration_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        print(
+            f"distbench: step-time calibration failed, using the efficiency model: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return hw
 
 
 def num_cpu_cores() -> int:

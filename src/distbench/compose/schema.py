@@ -133,6 +133,19 @@ class HardwareConfig:
     measured_internode_gbytes_per_s: float | None = None
     link_latency_us: float | None = None
     link_calibration_error: str | None = None
+    # efficiency: compute = model FLOPs / (peak x an efficiency constant); measured: a
+    # micro-batch's GEMMs timed at the model's shapes, its other kernels at the measured memory
+    # bandwidth and its host time per kernel (compose/step_parts.py), filled in at compose time
+    # into the fields below. Prediction inputs only: not part of the run's signature.
+    time_source: str = "efficiency"
+    micro_batch_gemm_s: float | None = None
+    micro_batch_other_s: float | None = None
+    micro_batch_host_s: float | None = None
+    kernels_per_micro_batch: int | None = None
+    host_us_per_kernel: float | None = None
+    kernel_floor_us: float | None = None
+    measured_mem_bandwidth_gbps: float | None = None
+    time_calibration_error: str | None = None
 
 
 @dataclass

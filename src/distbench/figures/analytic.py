@@ -760,6 +760,28 @@ def optimizer_step_s(
     return num_params * bytes_per_param / (mem_bandwidth_gbps * GB)
 
 
+def measured_compute_s(
+    device: str,
+    gemm_s: float,
+    other_s: float,
+    host_s: float,
+    tp: int,
+    pp: int,
+    grad_accum_steps: int,
+) -> float:
+    """Forward + backward of a step from one micro-batch's measured parts
+    (compose/step_parts.py): its GEMMs and other kernels on the device, split over tp·pp (a tp
+    rank runs 1/tp of each layer's work, a pp stage 1/pp of the layers), and its host time, split
+    over pp only (a tp rank launches every kernel of its layers, smaller). On a GPU the host
+    queues kernels while the device runs them: a micro-batch takes the longer of the two
+    (Williams et al. 2009's roofline bound, with the launch path as one more ceiling). On a CPU
+    both run on the rank's one core: they add up."""
+    device_s = (gemm_s + other_s) / (tp * pp)
+    launch_s = host_s / pp
+    per_micro_batch = max(device_s, launch_s) if device == "cuda" else device_s + launch_s
+    return grad_accum_steps * per_micro_batch
+
+
 def group_spans_nodes(group: str, layout: Layout, ranks_per_node: int) -> bool:
     """Whether a dp, tp or pp group crosses a node boundary. Ranks are
     arange(world).view(dp, pp, tp), tp fastest (engines/__init__.py): a tp group is tp
@@ -872,7 +894,9 @@ def predict(
 
     step time = compute + pipeline bubble + exposed communication + optimizer + offload, where
       compute  = model FLOPs per token (metrics.train_flops_per_token: 6N + 12·L·h·s) × this
-                 device's tokens / (peak TFLOP/s of the dtype × efficiency)
+                 device's tokens / (peak TFLOP/s of the dtype × efficiency); with
+                 hardware.time_source=measured, the micro-batch's measured parts instead
+                 (measured_compute_s), and the measured memory bandwidth for the optimizer
       bubble   = compute × (p−1)/m, i.e. (p−1)/(m+p−1) of the pipelined time
       comm     = α-β time of every byte, less what runs under compute (hidden_comm_s: the
                  torch engine's data-parallel traffic on GPUs; DeepSpeed's overlap_comm is
@@ -1026,11 +1050,26 @@ def predict(
     }
 
     peak = getattr(hardware, f"peak_tflops_{dtype}")
+    parts_measured = hardware.time_source == "measured" and hardware.micro_batch_gemm_s is not None
+    assumptions["time_source"] = "measured" if parts_measured else "efficiency"
+    mem_bandwidth = hardware.mem_bandwidth_gbps
     time_s: dict[str, float] = {}
     step = tokens_s = cost = None
-    if peak:
-        device_flops = flops * b * m * s / (layout.tp * layout.pp)
-        compute = device_flops / (float(peak) * 1e12 * eff)
+    if peak or parts_measured:
+        if parts_measured:
+            compute = measured_compute_s(
+                device,
+                hardware.micro_batch_gemm_s,
+                hardware.micro_batch_other_s,
+                hardware.micro_batch_host_s,
+                layout.tp,
+                layout.pp,
+                m,
+            )
+            mem_bandwidth = hardware.measured_mem_bandwidth_gbps or mem_bandwidth
+        else:
+            device_flops = flops * b * m * s / (layout.tp * layout.pp)
+            compute = device_flops / (float(peak) * 1e12 * eff)
         comm_s = {g: comm_time_s(comm[g], link[g], collectives[g], alpha) for g in comm}
         hidden = hidden_comm_s(
             job.engine,
@@ -1056,7 +1095,7 @@ def predict(
                 optimizer_params,
                 state_value_bytes,
                 mixed and job.engine == "deepspeed",
-                hardware.mem_bandwidth_gbps,
+                mem_bandwidth,
             ),
             "offload": offload_s,
         }

@@ -311,7 +311,12 @@ def figure_sources(
         f"DEFAULT_LATENCY_S[{hardware.device}] = {default_us:g} µs",
     )
     return {
-        "compute": efficiency_source(efficiency, hardware.peak_source),
+        "compute": (
+            "the micro-batch's measured parts: GEMMs at the model's shapes, other kernels at the "
+            "measured bandwidth, host time per kernel (hardware.time_source=measured)"
+            if hardware.time_source == "measured" and hardware.micro_batch_gemm_s is not None
+            else efficiency_source(efficiency, hardware.peak_source)
+        ),
         "intra_node_link": intra_node,
         "inter_node_link": inter_node,
         "latency": latency,
@@ -490,8 +495,13 @@ def print_plan(plan: Plan) -> None:
         console.print(
             f"per device: {hw.get('mem_gib') or 0:.1f} GiB, "
             f"peak {hw.get(f'peak_tflops_{plan.dtype}') or 0:.3g} TFLOP/s {plan.dtype} "
-            f"({a.get('precision', plan.dtype)}), efficiency {a['efficiency']:.2f}; "
-            f"{a.get('num_nodes', 1)} node(s) × {a.get('ranks_per_node', '?')} ranks, "
+            f"({a.get('precision', plan.dtype)}), "
+            + (
+                "compute from measured parts; "
+                if a.get("time_source") == "measured"
+                else f"efficiency {a['efficiency']:.2f}; "
+            )
+            + f"{a.get('num_nodes', 1)} node(s) × {a.get('ranks_per_node', '?')} ranks, "
             f"link {a['bandwidth_gbps']:g} GB/s within a node"
             + (f", {internode:g} GB/s per device between nodes" if internode else "")
             + f", latency {a['latency_s'] * 1e6:g} µs per collective, "

@@ -21,7 +21,8 @@ RESUMED_INTO_TAG_PREFIX = "distbench.resumed_into."
 EXCLUDED_KEYS = ("tracking", "limits", "resume", "retry_failed", "hydra", "objective")
 
 
-# Hardware figures that only feed the predictions (the measured links, the memory bandwidth):
+# Hardware figures that only feed the predictions (the measured links, the memory bandwidth,
+# the measured step parts):
 # a run measures the same thing whatever they hold, so a run with measured links pairs with
 # one without (compare, resume).
 EXCLUDED_HARDWARE_KEYS = (
@@ -31,6 +32,15 @@ EXCLUDED_HARDWARE_KEYS = (
     "link_latency_us",
     "link_calibration_error",
     "mem_bandwidth_gbps",
+    "time_source",
+    "micro_batch_gemm_s",
+    "micro_batch_other_s",
+    "micro_batch_host_s",
+    "kernels_per_micro_batch",
+    "host_us_per_kernel",
+    "kernel_floor_us",
+    "measured_mem_bandwidth_gbps",
+    "time_calibration_error",
 )
 
 

@@ -1,0 +1,115 @@
+"""A micro-batch's time from measured parts (hardware.time_source=measured): the meta trace
+counts what the real model launches, the parts combine as on the device, and a failed
+calibration never loses the job.
+
+    python -m pytest tests/unit/test_step_parts.py -q
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from distbench.compose import step_parts
+from distbench.compose.hardware import STEP_PARTS_FIELDS, apply_measured_step_parts
+from distbench.figures.analytic import measured_compute_s, param_split, predict
+from distbench.figures.metrics import train_flops_per_token
+from distbench.job import resolve_job
+from tests.conftest import CONF_DIR, compose_config
+
+pytestmark = pytest.mark.unit
+
+
+def _model(overrides: list[str]):
+    return resolve_job(compose_config(overrides), CONF_DIR).model
+
+
+@pytest.mark.parametrize("model", [["model=tiny"], ["model=gpt2_124m", "model.num_layers=2"]])
+def test_the_traced_gemms_are_palms_model_flops(model):
+    # meta runs SDPA's math path: QKᵀ and AV over the whole s × s, PaLM's 12·L·h·s term
+    cfg = _model(model)
+    b, s = 2, 64
+    trace = step_parts.trace_micro_batch(cfg, "fp32", b, s)
+    traced = sum(count * step_parts.gemm_flops(shape) for shape, count in trace.gemms.items())
+    expected = train_flops_per_token(param_split(cfg).matmul, cfg.num_layers, cfg.hidden_size, s)
+    # PaLM's N counts the norms' weights too (0.05 % here), which multiply no matrix
+    assert traced == pytest.approx(expected * b * s, rel=1e-3)
+    assert all(num_bytes > 0 for num_bytes in trace.other_bytes)
+
+
+def test_a_layer_adds_the_same_operations_so_two_traces_extrapolate_to_any_depth():
+    cfg = _model(["model=tiny"])
+    traces = {
+        n: step_parts.trace_micro_batch(dataclasses.replace(cfg, num_layers=n), "fp32", 1, 32)
+        for n in (1, 2, 4)
+    }
+    for quantity in (lambda t: t.num_kernels, lambda t: sum(t.other_bytes)):
+        at_1, at_2, at_4 = (quantity(traces[n]) for n in (1, 2, 4))
+        assert step_parts.extrapolate(at_1, at_2, 4) == pytest.approx(at_4)
+
+
+def test_a_micro_batch_takes_the_longer_of_host_and_device_on_a_gpu_and_both_on_a_cpu():
+    assert measured_compute_s("cuda", 0.02, 0.01, 0.05, 1, 1, 4) == pytest.approx(0.2)
+    assert measured_compute_s("cuda", 0.06, 0.02, 0.05, 1, 1, 4) == pytest.approx(0.32)
+    assert measured_compute_s("cpu", 0.02, 0.01, 0.05, 1, 1, 4) == pytest.approx(0.32)
+    # tp splits the device work, not the launches; pp splits both (its layers)
+    assert measured_compute_s("cuda", 0.08, 0.0, 0.05, 4, 1, 1) == pytest.approx(0.05)
+    assert measured_compute_s("cuda", 0.08, 0.0, 0.05, 1, 2, 1) == pytest.approx(0.04)
+
+
+def _parts(gemm_s: float, other_s: float, host_s: float) -> dict:
+    return dict(
+        time_source="measured",
+        micro_batch_gemm_s=gemm_s,
+        micro_batch_other_s=other_s,
+        micro_batch_host_s=host_s,
+        kernels_per_micro_batch=2000,
+        host_us_per_kernel=host_s / 2000 * 1e6,
+        kernel_floor_us=2.0,
+        measured_mem_bandwidth_gbps=3000.0,
+    )
+
+
+def test_predict_takes_its_compute_from_the_measured_parts():
+    llama = ["hardware=h100_sxm", "model=llama_1b", "batch=medium", "workload.dtype=bf16"]
+    job = resolve_job(compose_config([*llama, "strategy=dp", "world_size=1"]), CONF_DIR)
+    by_efficiency = predict(job)
+    host_bound = job.replace(hardware=dataclasses.replace(job.hardware, **_parts(0.02, 0.03, 0.09)))
+    p = predict(host_bound)
+    m = job.batch.grad_accum_steps
+    assert p.time_s["compute"] == pytest.approx(m * 0.09)
+    assert p.assumptions["time_source"] == "measured"
+    assert by_efficiency.assumptions["time_source"] == "efficiency"
+    assert p.time_s["compute"] != pytest.approx(by_efficiency.time_s["compute"])
+    # the optimizer's memory-bound step uses the measured bandwidth
+    ratio = by_efficiency.time_s["optimizer"] / p.time_s["optimizer"]
+    assert ratio == pytest.approx(3000.0 / job.hardware.mem_bandwidth_gbps)
+    # a failed calibration (time_source back to efficiency) ignores stale parts
+    stale = dataclasses.replace(host_bound.hardware, time_source="efficiency")
+    assert predict(job.replace(hardware=stale)).time_s == by_efficiency.time_s
+
+
+def test_this_cpu_is_measured_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    cfg = _model(["model=tiny"])
+    args = (cfg, "cpu", "fp32", 1, 32, "test-cpu")
+    first = step_parts.cached_or_measured(*args)
+    again = step_parts.cached_or_measured(*args)
+    assert first["cached"] is False and again["cached"] is True
+    assert {k: again[k] for k in STEP_PARTS_FIELDS} == {k: first[k] for k in STEP_PARTS_FIELDS}
+    assert first["micro_batch_gemm_s"] > 0 and first["micro_batch_other_s"] > 0
+    assert first["micro_batch_host_s"] > 0 and first["kernel_floor_us"] == 0.0
+    assert 0.1 < first["measured_mem_bandwidth_gbps"] < 1000
+    trace = step_parts.trace_micro_batch(cfg, "fp32", 1, 32)
+    assert first["kernels_per_micro_batch"] == trace.num_kernels
+
+
+def test_a_failed_calibration_keeps_the_efficiency_model_and_says_why(capsys):
+    model = _model(["model=tiny"])
+    hw = {"device": "cuda", "time_source": "measured"}  # no CUDA device here
+    apply_measured_step_parts(hw, model, "bf16", 2, 128)
+    assert hw["time_source"] == "efficiency"
+    assert "step_parts exited" in hw["time_calibration_error"]
+    assert "micro_batch_gemm_s" not in hw
+    assert "step-time calibration failed" in capsys.readouterr().err
