@@ -26,16 +26,28 @@ def _model(overrides: list[str]):
 
 
 @pytest.mark.parametrize("model", [["model=tiny"], ["model=gpt2_124m", "model.num_layers=2"]])
-def test_the_traced_gemms_are_palms_model_flops(model):
-    # meta runs SDPA's math path: QKᵀ and AV over the whole s × s, PaLM's 12·L·h·s term
+def test_the_traced_gemms_and_attention_are_palms_model_flops(model):
     cfg = _model(model)
     b, s = 2, 64
     trace = step_parts.trace_micro_batch(cfg, "fp32", b, s)
     traced = sum(count * step_parts.gemm_flops(shape) for shape, count in trace.gemms.items())
-    expected = train_flops_per_token(param_split(cfg).matmul, cfg.num_layers, cfg.hidden_size, s)
+    weights = train_flops_per_token(param_split(cfg).matmul, cfg.num_layers, cfg.hidden_size, 0)
     # PaLM's N counts the norms' weights too (0.05 % here), which multiply no matrix
-    assert traced == pytest.approx(expected * b * s, rel=1e-3)
+    assert traced == pytest.approx(weights * b * s, rel=1e-3)
+    # SDPA: one fused call per layer each way, not meta's math path; 3× forward = 12·L·h·s
+    assert sum(trace.attention_forward.values()) == cfg.num_layers
+    assert trace.attention_backward == trace.attention_forward
+    attention = sum(
+        n * step_parts.attention_forward_flops(a) for a, n in trace.attention_forward.items()
+    )
+    assert 3 * attention == pytest.approx(12 * cfg.num_layers * cfg.hidden_size * s * b * s)
     assert all(num_bytes > 0 for num_bytes in trace.other_bytes)
+    eager = step_parts.trace_micro_batch(
+        dataclasses.replace(cfg, attn_implementation="eager"), "fp32", b, s
+    )
+    assert not eager.attention_forward  # eager attention is its matmuls and softmax, traced
+    eager_flops = sum(n * step_parts.gemm_flops(g) for g, n in eager.gemms.items())
+    assert eager_flops == pytest.approx(traced + 3 * attention)
 
 
 def test_a_layer_adds_the_same_operations_so_two_traces_extrapolate_to_any_depth():
@@ -50,18 +62,19 @@ def test_a_layer_adds_the_same_operations_so_two_traces_extrapolate_to_any_depth
 
 
 def test_a_micro_batch_takes_the_longer_of_host_and_device_on_a_gpu_and_both_on_a_cpu():
-    assert measured_compute_s("cuda", 0.02, 0.01, 0.05, 1, 1, 4) == pytest.approx(0.2)
-    assert measured_compute_s("cuda", 0.06, 0.02, 0.05, 1, 1, 4) == pytest.approx(0.32)
-    assert measured_compute_s("cpu", 0.02, 0.01, 0.05, 1, 1, 4) == pytest.approx(0.32)
+    assert measured_compute_s("cuda", 0.03, 0.05, 1, 1, 4) == pytest.approx(0.2)
+    assert measured_compute_s("cuda", 0.08, 0.05, 1, 1, 4) == pytest.approx(0.32)
+    assert measured_compute_s("cpu", 0.03, 0.05, 1, 1, 4) == pytest.approx(0.32)
     # tp splits the device work, not the launches; pp splits both (its layers)
-    assert measured_compute_s("cuda", 0.08, 0.0, 0.05, 4, 1, 1) == pytest.approx(0.05)
-    assert measured_compute_s("cuda", 0.08, 0.0, 0.05, 1, 2, 1) == pytest.approx(0.04)
+    assert measured_compute_s("cuda", 0.08, 0.05, 4, 1, 1) == pytest.approx(0.05)
+    assert measured_compute_s("cuda", 0.08, 0.05, 1, 2, 1) == pytest.approx(0.04)
 
 
 def _parts(gemm_s: float, other_s: float, host_s: float) -> dict:
     return dict(
         time_source="measured",
         micro_batch_gemm_s=gemm_s,
+        micro_batch_attention_s=0.01,
         micro_batch_other_s=other_s,
         micro_batch_host_s=host_s,
         kernels_per_micro_batch=2000,
@@ -79,6 +92,8 @@ def test_predict_takes_its_compute_from_the_measured_parts():
     p = predict(host_bound)
     m = job.batch.grad_accum_steps
     assert p.time_s["compute"] == pytest.approx(m * 0.09)
+    device_bound = dataclasses.replace(host_bound.hardware, micro_batch_host_s=0.01)
+    assert predict(job.replace(hardware=device_bound)).time_s["compute"] == pytest.approx(m * 0.06)
     assert p.assumptions["time_source"] == "measured"
     assert by_efficiency.assumptions["time_source"] == "efficiency"
     assert p.time_s["compute"] != pytest.approx(by_efficiency.time_s["compute"])

@@ -225,6 +225,7 @@ def measured_peak_tflops(
 # What `hardware.time_source=measured` fills from compose/step_parts.py's figures.
 STEP_PARTS_FIELDS = (
     "micro_batch_gemm_s",
+    "micro_batch_attention_s",
     "micro_batch_other_s",
     "micro_batch_host_s",
     "kernels_per_micro_batch",

@@ -134,11 +134,13 @@ class HardwareConfig:
     link_latency_us: float | None = None
     link_calibration_error: str | None = None
     # efficiency: compute = model FLOPs / (peak x an efficiency constant); measured: a
-    # micro-batch's GEMMs timed at the model's shapes, its other kernels at the measured memory
-    # bandwidth and its host time per kernel (compose/step_parts.py), filled in at compose time
+    # micro-batch's GEMMs and fused attention timed at the model's shapes, its other kernels at
+    # the measured memory bandwidth and its host time per kernel (compose/step_parts.py), filled
+    # in at compose time
     # into the fields below. Prediction inputs only: not part of the run's signature.
     time_source: str = "efficiency"
     micro_batch_gemm_s: float | None = None
+    micro_batch_attention_s: float | None = None
     micro_batch_other_s: float | None = None
     micro_batch_host_s: float | None = None
     kernels_per_micro_batch: int | None = None

@@ -8,21 +8,24 @@ never imports torch) and reads the last stdout line, one JSON document; figures/
 The parts, for one micro-batch (forward + backward, the optimizer apart):
 - **the trace**: the real transformers model, built on the meta device (nothing allocated),
   runs forward and backward under a TorchDispatchMode that records every aten operation: each
-  GEMM's shape (mm, addmm, bmm, baddbmm), every other kernel's bytes read and written, and the
-  number of kernels (views launch none). Traced with 1 and 2 layers and extrapolated linearly to
+  GEMM's shape (mm, addmm, bmm, baddbmm), each fused attention call's shape (SDPA without a
+  mask: one flash / cuDNN kernel each way on a GPU, not meta's math path with its s × s
+  intermediates), every other kernel's bytes read and written, and the number of kernels
+  (views launch none). Traced with 1 and 2 layers and extrapolated linearly to
   the model's depth (a layer adds the same operations), so a 70B model traces in seconds.
 - **the device's rates**: each distinct GEMM shape timed on the device in the run's dtype (the
-  rate at the model's shapes, not one square GEMM's); the memory bandwidth of a large copy; the
+  rate at the model's shapes, not one square GEMM's); each attention shape's SDPA forward and
+  backward, timed; the memory bandwidth of a large copy; the
   shortest time a small kernel occupies the device (CUDA events around 500 queued tiny kernels).
 - **the host**: the same model cut to 2 layers, run on the device at 1 × 16 tokens (too small to
   keep a GPU busy), timed per traced kernel: what Python, autograd and the dispatcher cost per
   kernel launched. On a GPU a micro-batch takes the longer of its device time and its host time
   (the host queues kernels ahead, the device runs them); on a CPU the two add up.
 
-device_s = Σ GEMM time at its timed shape + Σ max(bytes / bandwidth, kernel floor) of the rest;
+device_s = Σ GEMM time at its timed shape + Σ attention time at its timed shape
+         + Σ max(bytes / bandwidth, kernel floor) of the rest;
 host_s = kernels × host time per kernel. Not counted: what an engine adds (DDP and DeepSpeed hooks,
-ZeRO-3's gathers and their host time), autocast's weight casts, the attention kernel's own
-speed (meta runs SDPA's math path; its FLOPs and bytes are counted).
+ZeRO-3's gathers and their host time), autocast's weight casts.
 
 Cached in ~/.cache/distbench/step_parts.json ($DISTBENCH_CACHE_DIR overrides the folder), keyed by
 host, device name, dtype, model shape and batch shape; `--force` measures again.
@@ -34,6 +37,7 @@ host, device name, dtype, model shape and batch shape; `--force` measures again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import socket
@@ -51,33 +55,58 @@ from distbench.files import file_lock, write_json_atomic
 GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
 # Operations that launch no kernel: views and aliases, and allocations.
 NO_KERNEL_OPS = frozenset(
-    {"_unsafe_view", "detach", "alias", "lift_fresh", "empty", "empty_strided", "empty_like"}
+    {
+        "_unsafe_view",
+        "detach",
+        "alias",
+        "lift_fresh",
+        "empty",
+        "empty_strided",
+        "empty_like",
+        "new_empty",
+    }
 )
 HOST_PROBE_TOKENS = (1, 16)  # micro-batch size, seq_len of the host-time probe
 GEMM_TIMED_ITERS = 5
 # On a CPU a GEMM shape is timed with its first dimension cut so one call stays near this.
 CPU_GEMM_PROBE_FLOPS = 2e9
 CACHE_FILE = "step_parts.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass
 class Trace:
     """What one forward + backward of a micro-batch launches: GEMM shapes (batch, m, k, n)
-    with their counts, the bytes each other kernel reads and writes, and the kernel count."""
+    with their counts, fused attention calls (AttentionShape: forward and backward counts),
+    the bytes each other kernel reads and writes, and the kernel count."""
 
     gemms: Counter = field(default_factory=Counter)
+    attention_forward: Counter = field(default_factory=Counter)
+    attention_backward: Counter = field(default_factory=Counter)
     other_bytes: list[int] = field(default_factory=list)
 
     @property
     def num_kernels(self) -> int:
-        return sum(self.gemms.values()) + len(self.other_bytes)
+        attention = sum(self.attention_forward.values()) + sum(self.attention_backward.values())
+        return sum(self.gemms.values()) + attention + len(self.other_bytes)
+
+
+# One fused attention call: query, key, value shapes (batch, heads, seq, head_dim), is_causal,
+# enable_gqa. Only mask-free calls are fused here (a mask is traced through the math path).
+AttentionShape = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]
 
 
 def gemm_flops(shape: tuple[int, int, int, int]) -> float:
     """FLOPs of a (batch, m, k, n) GEMM: a multiply and an add per product."""
     batch, m, k, n = shape
     return 2.0 * batch * m * k * n
+
+
+def attention_forward_flops(shape: AttentionShape) -> float:
+    """FLOPs of one attention forward, QKᵀ and AV over the whole s × s (model FLOPs: a causal
+    kernel skips about half)."""
+    (batch, heads, seq_q, head_dim), (_, _, seq_kv, _) = shape[0], shape[1]
+    return 4.0 * batch * heads * seq_q * seq_kv * head_dim
 
 
 def _tensors(value: Any) -> list[Any]:
@@ -95,6 +124,52 @@ def _gemm_shape(name: str, args: tuple) -> tuple[int, int, int, int]:
     if a.dim() == 3:
         return (a.shape[0], a.shape[1], a.shape[2], b.shape[2])
     return (1, a.shape[0], a.shape[1], b.shape[1])
+
+
+@contextlib.contextmanager
+def fused_attention_recorded(trace: Trace):
+    """Within: F.scaled_dot_product_attention without a mask is one forward and one backward
+    kernel recorded by shape (on a GPU it is one flash / cuDNN kernel each way; on meta it
+    would run the math path, whose s × s intermediates a fused kernel never writes)."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+
+    class FusedAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, query, key, value, shape):
+            ctx.shape = shape
+            trace.attention_forward[shape] += 1
+            out = (*query.shape[:-1], value.shape[-1])
+            return torch.empty(out, dtype=query.dtype, device=query.device)
+
+        @staticmethod
+        def backward(ctx, grad):
+            trace.attention_backward[ctx.shape] += 1
+            q, k, v = ctx.shape[:3]
+            return (
+                *(torch.empty(s, dtype=grad.dtype, device=grad.device) for s in (q, k, v)),
+                None,
+            )
+
+    def recorded(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        if attn_mask is not None or dropout_p:
+            return original(query, key, value, attn_mask, dropout_p, is_causal, **kwargs)
+        shape = (
+            tuple(query.shape),
+            tuple(key.shape),
+            tuple(value.shape),
+            bool(is_causal),
+            bool(kwargs.get("enable_gqa", False)),
+        )
+        return FusedAttention.apply(query, key, value, shape)
+
+    F.scaled_dot_product_attention = recorded
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
 
 
 def trace_micro_batch(model_cfg: ModelConfig, dtype: str, micro_batch_size: int, seq_len: int):
@@ -121,7 +196,7 @@ def trace_micro_batch(model_cfg: ModelConfig, dtype: str, micro_batch_size: int,
 
     model = build_meta_model(model_cfg, dtype)
     ids = torch.zeros(micro_batch_size, seq_len, dtype=torch.long, device="meta")
-    with Recorder():
+    with Recorder(), fused_attention_recorded(trace):
         model(input_ids=ids, labels=ids).loss.backward()
     return trace
 
@@ -162,6 +237,35 @@ def gemm_seconds(shape: tuple[int, int, int, int], device: str, dtype: str) -> f
     b = torch.randn(batch, k, n, device=device).to(torch_dtype)
     fn = (lambda: torch.mm(a[0], b[0])) if batch == 1 else (lambda: torch.bmm(a, b))
     return _best_s(fn, device) * m / timed_m
+
+
+def attention_seconds(shape: AttentionShape, device: str, dtype: str) -> tuple[float, float]:
+    """Seconds of one fused attention call of `shape` on the device: (forward, backward), the
+    backward as forward + backward less forward."""
+    import torch
+    import torch.nn.functional as F
+
+    from distbench.ranks.models import DTYPE_NAMES
+
+    q_shape, k_shape, v_shape, is_causal, enable_gqa = shape
+    torch_dtype = getattr(torch, DTYPE_NAMES[dtype])
+    q, k, v = (
+        torch.randn(s, device=device, dtype=torch_dtype, requires_grad=True)
+        for s in (q_shape, k_shape, v_shape)
+    )
+    kwargs = {"is_causal": is_causal, **({"enable_gqa": True} if enable_gqa else {})}
+    grad = torch.randn((*q_shape[:-1], v_shape[-1]), device=device, dtype=torch_dtype)
+
+    def forward() -> None:
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    def forward_backward() -> None:
+        F.scaled_dot_product_attention(q, k, v, **kwargs).backward(grad)
+        q.grad = k.grad = v.grad = None
+
+    forward_s = _best_s(forward, device)
+    return forward_s, max(_best_s(forward_backward, device) - forward_s, 0.0)
 
 
 def copy_bandwidth_gbps(device: str) -> float:
@@ -222,12 +326,18 @@ def host_seconds(model_cfg: ModelConfig, device: str, dtype: str) -> float:
 
 
 def device_seconds(
-    trace: Trace, gemm_s: dict[tuple, float], bandwidth_gbps: float, floor_s: float
-) -> tuple[float, float]:
-    """(GEMM seconds, other kernels' seconds) of a trace on the device."""
+    trace: Trace,
+    gemm_s: dict[tuple, float],
+    attention_s: dict[tuple, tuple[float, float]],
+    bandwidth_gbps: float,
+    floor_s: float,
+) -> tuple[float, float, float]:
+    """(GEMM, fused attention, other kernels) seconds of a trace on the device."""
     gemm_total = sum(count * gemm_s[shape] for shape, count in trace.gemms.items())
+    attention = sum(n * attention_s[s][0] for s, n in trace.attention_forward.items())
+    attention += sum(n * attention_s[s][1] for s, n in trace.attention_backward.items())
     other = sum(max(b / (bandwidth_gbps * 1e9), floor_s) for b in trace.other_bytes)
-    return gemm_total, other
+    return gemm_total, attention, other
 
 
 def extrapolate(at_1: float, at_2: float, num_layers: float) -> float:
@@ -254,25 +364,33 @@ def measure(
         torch.set_num_threads(1)  # one rank = one core, as distbench runs CPU ranks
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
-    shapes = set(traces[1].gemms) | set(traces[2].gemms) | set(probe_trace.gemms)
+    every = (traces[1], traces[2], probe_trace)
+    shapes = set().union(*(t.gemms for t in every))
     gemm_s = {shape: gemm_seconds(shape, device, dtype) for shape in sorted(shapes)}
+    calls = set().union(
+        *(t.attention_forward for t in every), *(t.attention_backward for t in every)
+    )
+    attention_s = {shape: attention_seconds(shape, device, dtype) for shape in sorted(calls)}
     bandwidth = copy_bandwidth_gbps(device)
     floor = kernel_floor_s(device)
+    rates = (gemm_s, attention_s, bandwidth, floor)
     probe_wall = host_seconds(model_cfg, device, dtype)
     # On a CPU the probe's wall time includes its own compute; on a GPU it is the host's.
-    probe_device = sum(device_seconds(probe_trace, gemm_s, bandwidth, floor))
+    probe_device = sum(device_seconds(probe_trace, *rates))
     probe_host = probe_wall - probe_device if device == "cpu" else probe_wall
     host_per_kernel = max(probe_host, 0.0) / probe_trace.num_kernels
-    parts = {n: device_seconds(traces[n], gemm_s, bandwidth, floor) for n in (1, 2)}
+    parts = {n: device_seconds(traces[n], *rates) for n in (1, 2)}
     layers = model_cfg.num_layers
-    gemm_total = extrapolate(parts[1][0], parts[2][0], layers)
-    other_total = extrapolate(parts[1][1], parts[2][1], layers)
+    gemm_total, attention_total, other_total = (
+        extrapolate(parts[1][i], parts[2][i], layers) for i in range(3)
+    )
     kernels = extrapolate(traces[1].num_kernels, traces[2].num_kernels, layers)
     gemm_flops_total = extrapolate(
         *(sum(c * gemm_flops(s) for s, c in traces[n].gemms.items()) for n in (1, 2)), layers
     )
     return {
         "micro_batch_gemm_s": gemm_total,
+        "micro_batch_attention_s": attention_total,
         "micro_batch_other_s": other_total,
         "micro_batch_host_s": kernels * host_per_kernel,
         "kernels_per_micro_batch": round(kernels),

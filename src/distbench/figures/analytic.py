@@ -761,24 +761,18 @@ def optimizer_step_s(
 
 
 def measured_compute_s(
-    device: str,
-    gemm_s: float,
-    other_s: float,
-    host_s: float,
-    tp: int,
-    pp: int,
-    grad_accum_steps: int,
+    device: str, device_s: float, host_s: float, tp: int, pp: int, grad_accum_steps: int
 ) -> float:
     """Forward + backward of a step from one micro-batch's measured parts
-    (compose/step_parts.py): its GEMMs and other kernels on the device, split over tp·pp (a tp
+    (compose/step_parts.py): its kernels' time on the device, split over tp·pp (a tp
     rank runs 1/tp of each layer's work, a pp stage 1/pp of the layers), and its host time, split
     over pp only (a tp rank launches every kernel of its layers, smaller). On a GPU the host
     queues kernels while the device runs them: a micro-batch takes the longer of the two
     (Williams et al. 2009's roofline bound, with the launch path as one more ceiling). On a CPU
     both run on the rank's one core: they add up."""
-    device_s = (gemm_s + other_s) / (tp * pp)
+    kernels_s = device_s / (tp * pp)
     launch_s = host_s / pp
-    per_micro_batch = max(device_s, launch_s) if device == "cuda" else device_s + launch_s
+    per_micro_batch = max(kernels_s, launch_s) if device == "cuda" else kernels_s + launch_s
     return grad_accum_steps * per_micro_batch
 
 
@@ -1057,14 +1051,13 @@ def predict(
     step = tokens_s = cost = None
     if peak or parts_measured:
         if parts_measured:
+            kernels_s = (
+                hardware.micro_batch_gemm_s
+                + (hardware.micro_batch_attention_s or 0.0)
+                + hardware.micro_batch_other_s
+            )
             compute = measured_compute_s(
-                device,
-                hardware.micro_batch_gemm_s,
-                hardware.micro_batch_other_s,
-                hardware.micro_batch_host_s,
-                layout.tp,
-                layout.pp,
-                m,
+                device, kernels_s, hardware.micro_batch_host_s, layout.tp, layout.pp, m
             )
             mem_bandwidth = hardware.measured_mem_bandwidth_gbps or mem_bandwidth
         else:

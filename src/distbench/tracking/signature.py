@@ -34,6 +34,7 @@ EXCLUDED_HARDWARE_KEYS = (
     "mem_bandwidth_gbps",
     "time_source",
     "micro_batch_gemm_s",
+    "micro_batch_attention_s",
     "micro_batch_other_s",
     "micro_batch_host_s",
     "kernels_per_micro_batch",
