@@ -8,10 +8,11 @@ calibration never loses the job.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
-from distbench.compose import step_parts
+from distbench.compose import hardware, step_parts
 from distbench.compose.hardware import STEP_PARTS_FIELDS, apply_measured_step_parts
 from distbench.figures.analytic import measured_compute_s, param_split, predict
 from distbench.figures.metrics import train_flops_per_token
@@ -120,7 +121,11 @@ def test_this_cpu_is_measured_once_and_then_read_from_the_cache(tmp_path, monkey
     assert first["kernels_per_micro_batch"] == trace.num_kernels
 
 
-def test_a_failed_calibration_keeps_the_efficiency_model_and_says_why(capsys):
+def test_a_failed_calibration_keeps_the_efficiency_model_and_says_why_once(
+    capsys, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "_STEP_PARTS_FAILED", {})
     model = _model(["model=tiny"])
     hw = {"device": "cuda", "time_source": "measured"}  # no CUDA device here
     apply_measured_step_parts(hw, model, "bf16", 2, 128)
@@ -128,3 +133,23 @@ def test_a_failed_calibration_keeps_the_efficiency_model_and_says_why(capsys):
     assert "step_parts exited" in hw["time_calibration_error"]
     assert "micro_batch_gemm_s" not in hw
     assert "step-time calibration failed" in capsys.readouterr().err
+    # the next job of the same shape (a plan --search: hundreds) neither retries nor repeats it
+    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
+    again = apply_measured_step_parts({"device": "cuda"}, model, "bf16", 2, 128)
+    assert again["time_calibration_error"] == hw["time_calibration_error"]
+    assert capsys.readouterr().err == ""
+
+
+def _no_subprocess(*args, **kwargs):
+    raise AssertionError(f"a subprocess was started: {args}")
+
+
+def test_a_cached_measurement_is_read_without_a_subprocess(monkeypatch, tmp_path):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    model = _model(["model=tiny"])
+    key = step_parts.cache_key(hardware._device_name("cpu"), "fp32", model, 2, 128)
+    figures = {field: 0.5 for field in STEP_PARTS_FIELDS}
+    (tmp_path / step_parts.CACHE_FILE).write_text(json.dumps({key: figures}))
+    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
+    hw = apply_measured_step_parts({"device": "cpu"}, model, "fp32", 2, 128)
+    assert hw["time_source"] == "measured" and hw["micro_batch_host_s"] == 0.5

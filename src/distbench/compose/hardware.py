@@ -235,35 +235,66 @@ STEP_PARTS_FIELDS = (
 )
 
 
+def _step_parts_subprocess(
+    device: str,
+    device_name: str,
+    dtype: str,
+    model: Any,
+    micro_batch_size: int,
+    seq_len: int,
+    timeout_s: float,
+) -> dict:
+    """compose/step_parts.py's figures from a subprocess (the caller never imports torch)."""
+    cmd = [sys.executable, "-m", "distbench.compose.step_parts", "--device", device]
+    cmd += ["--dtype", dtype, "--model-json", json.dumps(dataclasses.asdict(model))]
+    cmd += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
+    cmd += ["--device-name", device_name]
+    env = dict(os.environ, OMP_NUM_THREADS="1") if device == "cpu" else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise subprocess.SubprocessError(f"step_parts exited {proc.returncode}: {last}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# cache key -> why its measurement failed: a plan --search resolves hundreds of layouts with
+# the same model and micro-batch; a failure is not retried (nor reported) for each.
+_STEP_PARTS_FAILED: dict[str, str] = {}
+
+
 def apply_measured_step_parts(
     hw: dict, model: Any, dtype: str, micro_batch_size: int, seq_len: int, timeout_s: float = 600.0
 ) -> dict:
     """`time_source=measured`: fill hw's STEP_PARTS_FIELDS for this model and micro-batch from
-    a `python -m distbench.compose.step_parts` subprocess (cached per machine and shape). A
-    failed measurement keeps the efficiency model, sets `time_source=efficiency` and says why in
-    `time_calibration_error`: a job is never lost to its calibration."""
+    the cache, else a `python -m distbench.compose.step_parts` subprocess (it caches them per
+    machine and shape). A failed measurement keeps the efficiency model, sets
+    `time_source=efficiency` and says why in `time_calibration_error`: a job is never lost to
+    its calibration."""
+    from distbench.compose import step_parts
+
     device = "cuda" if hw["device"] == "cuda" else "cpu"
-    cmd = [sys.executable, "-m", "distbench.compose.step_parts", "--device", device]
-    cmd += ["--dtype", dtype, "--model-json", json.dumps(dataclasses.asdict(model))]
-    cmd += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
-    cmd += ["--device-name", _device_name(device)]
-    env = dict(os.environ, OMP_NUM_THREADS="1") if device == "cpu" else None
+    device_name = _device_name(device)
+    key = step_parts.cache_key(device_name, dtype, model, micro_batch_size, seq_len)
+    figures = step_parts.read_cache().get(key)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise subprocess.SubprocessError(f"step_parts exited {proc.returncode}: {last}")
-        figures = json.loads(proc.stdout.strip().splitlines()[-1])
-        hw.update({key: figures[key] for key in STEP_PARTS_FIELDS})
+        if figures is None and key in _STEP_PARTS_FAILED:
+            raise subprocess.SubprocessError(_STEP_PARTS_FAILED[key])
+        if figures is None:
+            figures = _step_parts_subprocess(
+                device, device_name, dtype, model, micro_batch_size, seq_len, timeout_s
+            )
+        hw.update({field: figures[field] for field in STEP_PARTS_FIELDS})
         hw["time_source"] = "measured"
     except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError) as exc:
         hw["time_source"] = "efficiency"
         hw["time_calibration_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        print(
-            f"distbench: step-time calibration failed, using the efficiency model: {exc}",
-            file=sys.stderr,
-            flush=True,
-        )
+        if key not in _STEP_PARTS_FAILED:
+            _STEP_PARTS_FAILED[key] = str(exc)
+            print(
+                f"distbench: step-time calibration failed, using the efficiency model: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
     return hw
 
 

@@ -415,6 +415,14 @@ def cache_key(
     )
 
 
+def read_cache() -> dict[str, Any]:
+    """Every cached measurement by cache_key ({} without a cache)."""
+    try:
+        return json.loads(cache_path().with_name(CACHE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def cached_or_measured(
     model_cfg: ModelConfig,
     device: str,
@@ -429,10 +437,7 @@ def cached_or_measured(
     key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len)
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.parent / "step_parts.lock"):
-        try:
-            cache = json.loads(path.read_text())
-        except (OSError, ValueError):
-            cache = {}
+        cache = read_cache()
         if key in cache and not force:
             return {**cache[key], "cached": True}
         result = measure(model_cfg, device, dtype, micro_batch_size, seq_len)
