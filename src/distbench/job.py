@@ -348,9 +348,9 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
         uri = resolve_tracking_uri(tracking, Path.cwd())
         apply_measured_links(hardware_tree, uri, tracking.experiment_name)
     if hardware_tree.get("time_source") == "measured" and workload.name == "train":
-        apply_measured_step_parts(
-            hardware_tree, model, workload.dtype, batch.micro_batch_size, batch.seq_len
-        )
+        sharing = ws if topology.rank_launcher == "local_nodes" else topology.ranks_per_node
+        shape = (batch.micro_batch_size, batch.seq_len)
+        apply_measured_step_parts(hardware_tree, model, workload.dtype, *shape, sharing)
     job = Job(
         workload=workload,
         workload_module=spec.module,

@@ -147,7 +147,9 @@ def _no_subprocess(*args, **kwargs):
 def test_a_cached_measurement_is_read_without_a_subprocess(monkeypatch, tmp_path):
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
     model = _model(["model=tiny"])
-    key = step_parts.cache_key(hardware._device_name("cpu"), "fp32", model, 2, 128)
+    # a rank alone on this machine gets every core (launch/workers.py): measured with as many
+    threads = hardware.num_cpu_cores()
+    key = step_parts.cache_key(hardware._device_name("cpu"), "fp32", model, 2, 128, threads)
     figures = {field: 0.5 for field in STEP_PARTS_FIELDS}
     (tmp_path / step_parts.CACHE_FILE).write_text(json.dumps({key: figures}))
     monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)

@@ -242,14 +242,15 @@ def _step_parts_subprocess(
     model: Any,
     micro_batch_size: int,
     seq_len: int,
+    threads: int,
     timeout_s: float,
 ) -> dict:
     """compose/step_parts.py's figures from a subprocess (the caller never imports torch)."""
     cmd = [sys.executable, "-m", "distbench.compose.step_parts", "--device", device]
     cmd += ["--dtype", dtype, "--model-json", json.dumps(dataclasses.asdict(model))]
     cmd += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
-    cmd += ["--device-name", device_name]
-    env = dict(os.environ, OMP_NUM_THREADS="1") if device == "cpu" else None
+    cmd += ["--device-name", device_name, "--threads", str(threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if device == "cpu" else None
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -263,25 +264,33 @@ _STEP_PARTS_FAILED: dict[str, str] = {}
 
 
 def apply_measured_step_parts(
-    hw: dict, model: Any, dtype: str, micro_batch_size: int, seq_len: int, timeout_s: float = 600.0
+    hw: dict,
+    model: Any,
+    dtype: str,
+    micro_batch_size: int,
+    seq_len: int,
+    ranks_sharing_cores: int = 1,
+    timeout_s: float = 600.0,
 ) -> dict:
     """`time_source=measured`: fill hw's STEP_PARTS_FIELDS for this model and micro-batch from
     the cache, else a `python -m distbench.compose.step_parts` subprocess (it caches them per
     machine and shape). A failed measurement keeps the efficiency model, sets
     `time_source=efficiency` and says why in `time_calibration_error`: a job is never lost to
-    its calibration."""
+    its calibration. On a CPU it measures with the threads the launcher will give each rank of
+    the `ranks_sharing_cores` on this machine (launch/workers.py: cores // ranks)."""
     from distbench.compose import step_parts
 
     device = "cuda" if hw["device"] == "cuda" else "cpu"
     device_name = _device_name(device)
-    key = step_parts.cache_key(device_name, dtype, model, micro_batch_size, seq_len)
+    threads = max(1, num_cpu_cores() // ranks_sharing_cores) if device == "cpu" else 1
+    key = step_parts.cache_key(device_name, dtype, model, micro_batch_size, seq_len, threads)
     figures = step_parts.read_cache().get(key)
     try:
         if figures is None and key in _STEP_PARTS_FAILED:
             raise subprocess.SubprocessError(_STEP_PARTS_FAILED[key])
         if figures is None:
             figures = _step_parts_subprocess(
-                device, device_name, dtype, model, micro_batch_size, seq_len, timeout_s
+                device, device_name, dtype, model, micro_batch_size, seq_len, threads, timeout_s
             )
         hw.update({field: figures[field] for field in STEP_PARTS_FIELDS})
         hw["time_source"] = "measured"

@@ -28,7 +28,9 @@ host_s = kernels × host time per kernel. Not counted: what an engine adds (DDP 
 ZeRO-3's gathers and their host time), autocast's weight casts.
 
 Cached in ~/.cache/distbench/step_parts.json ($DISTBENCH_CACHE_DIR overrides the folder), keyed by
-host, device name, dtype, model shape and batch shape; `--force` measures again.
+host, device name, dtype, model shape, batch shape and (CPU) the rank's threads: the cores the
+launcher gives each rank (OMP_NUM_THREADS = cores // ranks on the machine); `--force` measures
+again.
 
     python -m distbench.compose.step_parts --device cuda --dtype bf16 \
         --model-json '{"name": "llama_1b", ...}' --micro-batch-size 4 --seq-len 512
@@ -346,7 +348,12 @@ def extrapolate(at_1: float, at_2: float, num_layers: float) -> float:
 
 
 def measure(
-    model_cfg: ModelConfig, device: str, dtype: str, micro_batch_size: int, seq_len: int
+    model_cfg: ModelConfig,
+    device: str,
+    dtype: str,
+    micro_batch_size: int,
+    seq_len: int,
+    threads: int = 1,
 ) -> dict[str, Any]:
     """Trace, time the parts, and combine them into one micro-batch's figures."""
     import torch
@@ -361,7 +368,7 @@ def measure(
         dataclasses.replace(model_cfg, num_layers=2), dtype, *HOST_PROBE_TOKENS
     )
     if device == "cpu":
-        torch.set_num_threads(1)  # one rank = one core, as distbench runs CPU ranks
+        torch.set_num_threads(threads)  # a rank's share of the cores, as the launcher gives it
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
     every = (traces[1], traces[2], probe_trace)
@@ -404,14 +411,19 @@ def measure(
 
 
 def cache_key(
-    device_name: str, dtype: str, model_cfg: ModelConfig, micro_batch_size: int, seq_len: int
+    device_name: str,
+    dtype: str,
+    model_cfg: ModelConfig,
+    micro_batch_size: int,
+    seq_len: int,
+    threads: int = 1,
 ) -> str:
     shape = {k: v for k, v in dataclasses.asdict(model_cfg).items() if k != "pretrained_path"}
     shape.pop("name", None)
     model = json.dumps(shape, sort_keys=True, separators=(",", ":"))
     return (
         f"v{CACHE_VERSION}|{socket.gethostname()}|{device_name}|{dtype}|{model}"
-        f"|b={micro_batch_size}|s={seq_len}"
+        f"|b={micro_batch_size}|s={seq_len}|threads={threads}"
     )
 
 
@@ -431,16 +443,17 @@ def cached_or_measured(
     seq_len: int,
     device_name: str,
     force: bool = False,
+    threads: int = 1,
 ) -> dict[str, Any]:
     """The cached figures for this key, or measure and cache them (a lock: jobs may overlap)."""
     path = cache_path().with_name(CACHE_FILE)
-    key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len)
+    key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.parent / "step_parts.lock"):
         cache = read_cache()
         if key in cache and not force:
             return {**cache[key], "cached": True}
-        result = measure(model_cfg, device, dtype, micro_batch_size, seq_len)
+        result = measure(model_cfg, device, dtype, micro_batch_size, seq_len, threads)
         cache[key] = result
         write_json_atomic(path, dict(sorted(cache.items())))
     return {**result, "cached": False}
@@ -453,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-json", required=True, help="the model config as JSON")
     parser.add_argument("--micro-batch-size", type=int, required=True)
     parser.add_argument("--seq-len", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of one rank")
     parser.add_argument("--device-name", help="cache under this name (default: detected)")
     parser.add_argument("--force", action="store_true", help="measure even when cached")
     args = parser.parse_args(argv)
@@ -461,8 +475,10 @@ def main(argv: list[str] | None = None) -> int:
 
     model_cfg = ModelConfig(**json.loads(args.model_json))
     name = args.device_name or _device_name(args.device)
+    threads = args.threads if args.device == "cpu" else 1
+    shape = (args.micro_batch_size, args.seq_len)
     result = cached_or_measured(
-        model_cfg, args.device, args.dtype, args.micro_batch_size, args.seq_len, name, args.force
+        model_cfg, args.device, args.dtype, *shape, name, args.force, threads
     )
     result.update(device=args.device, device_name=name, dtype=args.dtype)
     print(json.dumps(result))
