@@ -10,6 +10,8 @@ import hashlib
 import json
 from typing import Any
 
+from distbench.compose.hardware import STEP_PARTS_FIELDS
+
 # The tag that carries it (public: compare pairs runs by it, resume finds them by it).
 SIGNATURE_TAG = "distbench.signature"
 # Set on an earlier run that a resumed sweep (resume=true) skipped, one tag per sweep parent
@@ -33,14 +35,7 @@ EXCLUDED_HARDWARE_KEYS = (
     "link_calibration_error",
     "mem_bandwidth_gbps",
     "time_source",
-    "micro_batch_gemm_s",
-    "micro_batch_attention_s",
-    "micro_batch_other_s",
-    "micro_batch_host_s",
-    "kernels_per_micro_batch",
-    "host_us_per_kernel",
-    "kernel_floor_us",
-    "measured_mem_bandwidth_gbps",
+    *STEP_PARTS_FIELDS,
     "time_calibration_error",
 )
 
