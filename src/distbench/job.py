@@ -27,6 +27,7 @@ from distbench.compose import checks
 from distbench.compose.hardware import (
     apply_measured_links,
     apply_measured_step_parts,
+    ranks_sharing_machine,
     resolve_hardware,
 )
 from distbench.compose.schema import (
@@ -348,7 +349,7 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
         uri = resolve_tracking_uri(tracking, Path.cwd())
         apply_measured_links(hardware_tree, uri, tracking.experiment_name)
     if hardware_tree.get("time_source") == "measured" and workload.name == "train":
-        sharing = ws if topology.rank_launcher == "local_nodes" else topology.ranks_per_node
+        sharing = ranks_sharing_machine(topology.rank_launcher, ws, topology.ranks_per_node)
         shape = (batch.micro_batch_size, batch.seq_len)
         apply_measured_step_parts(hardware_tree, model, workload.dtype, *shape, sharing)
     job = Job(

@@ -277,12 +277,12 @@ def apply_measured_step_parts(
     machine and shape). A failed measurement keeps the efficiency model, sets
     `time_source=efficiency` and says why in `time_calibration_error`: a job is never lost to
     its calibration. On a CPU it measures with the threads the launcher will give each rank of
-    the `ranks_sharing_cores` on this machine (launch/workers.py: cores // ranks)."""
+    the `ranks_sharing_cores` on this machine (rank_threads)."""
     from distbench.compose import step_parts
 
     device = "cuda" if hw["device"] == "cuda" else "cpu"
     device_name = _device_name(device)
-    threads = max(1, num_cpu_cores() // ranks_sharing_cores) if device == "cpu" else 1
+    threads = rank_threads(num_cpu_cores(), ranks_sharing_cores) if device == "cpu" else 1
     key = step_parts.cache_key(device_name, dtype, model, micro_batch_size, seq_len, threads)
     figures = step_parts.read_cache().get(key)
     try:
@@ -309,6 +309,18 @@ def apply_measured_step_parts(
 
 def num_cpu_cores() -> int:
     return len(os.sched_getaffinity(0))
+
+
+def rank_threads(num_cores: int, ranks_sharing_cores: int) -> int:
+    """The CPU threads of one rank (OMP_NUM_THREADS): the cores split between the ranks that
+    share them (oversubscription costs 3x on CPU)."""
+    return max(1, num_cores // ranks_sharing_cores)
+
+
+def ranks_sharing_machine(rank_launcher: str, world_size: int, ranks_per_node: int) -> int:
+    """Ranks on one machine: every rank under local_nodes (its "nodes" are this machine), else
+    a node's."""
+    return world_size if rank_launcher == "local_nodes" else ranks_per_node
 
 
 # --------------------------------------------------------------------------- hw.* tags

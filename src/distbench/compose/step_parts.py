@@ -210,8 +210,8 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _best_s(fn: Any, device: str, iters: int = GEMM_TIMED_ITERS) -> float:
-    """Shortest of `iters` timed calls after one warm-up, each bracketed by a device sync."""
+def _timings_s(fn: Any, device: str, iters: int = GEMM_TIMED_ITERS) -> list[float]:
+    """Seconds of `iters` calls after one warm-up, each bracketed by a device sync."""
     fn()
     times = []
     for _ in range(iters):
@@ -220,7 +220,12 @@ def _best_s(fn: Any, device: str, iters: int = GEMM_TIMED_ITERS) -> float:
         fn()
         _sync(device)
         times.append(time.perf_counter() - start)
-    return min(times)
+    return times
+
+
+def _best_s(fn: Any, device: str) -> float:
+    """The shortest timed call: noise on a shared machine only ever adds time."""
+    return min(_timings_s(fn, device))
 
 
 def gemm_seconds(shape: tuple[int, int, int, int], device: str, dtype: str) -> float:
@@ -281,14 +286,16 @@ def copy_bandwidth_gbps(device: str) -> float:
 
 
 def kernel_floor_s(device: str) -> float:
-    """The device time of a tiny kernel (CUDA): a long GEMM is queued first so that the host
-    runs ahead, then 500 one-element adds between two events. 0 on a CPU (no separate device)."""
+    """The device time of a tiny kernel (CUDA): a long fp32 GEMM (8192³: ~1.1 TFLOP, over 10 ms
+    on an H100 without TF32) is queued first so that the host is far ahead when the 500
+    one-element adds between two events start to run (~2.5 ms of launches), the best of 3.
+    0 on a CPU (no separate device)."""
     if device != "cuda":
         return 0.0
     import torch
 
     x = torch.zeros(1, device="cuda")
-    big = torch.randn(4096, 4096, device="cuda")
+    big = torch.randn(8192, 8192, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     best = float("inf")
     for _ in range(3):
@@ -304,27 +311,20 @@ def kernel_floor_s(device: str) -> float:
 
 def host_seconds(model_cfg: ModelConfig, device: str, dtype: str) -> float:
     """Wall seconds of forward + backward of the 2-layer model at HOST_PROBE_TOKENS on the
-    device (weights zero: values do not change the time; the median of 5)."""
+    device, built as the runs build it (ranks/models.py); the median of 5 after a warm-up."""
     import torch
 
-    from distbench.ranks.models import _reset_buffers, build_meta_model
+    from distbench.ranks.models import build_meta_model, materialise
 
     model = build_meta_model(dataclasses.replace(model_cfg, num_layers=2), dtype)
-    model.to_empty(device=device)
-    if model_cfg.tie_word_embeddings:  # to_empty gives the head its own copy: tie it again
-        model.tie_weights()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.zero_()
-    _reset_buffers(model)  # the rotary tables, as the runs build them
+    model = materialise(model, device, seed=0)
     ids = torch.zeros(*HOST_PROBE_TOKENS, dtype=torch.long, device=device)
 
     def step() -> None:
         model(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
 
-    step()
-    return statistics.median(_best_s(step, device, iters=1) for _ in range(5))
+    return statistics.median(_timings_s(step, device, iters=5))
 
 
 def device_seconds(

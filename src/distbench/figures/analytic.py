@@ -760,6 +760,20 @@ def optimizer_step_s(
     return num_params * bytes_per_param / (mem_bandwidth_gbps * GB)
 
 
+def measured_parts_s(hardware: Any) -> tuple[float, float] | None:
+    """(device seconds, host seconds) of one micro-batch from hardware.time_source=measured's
+    parts, or None when the compute term is the efficiency model's. Attention is 0 in records
+    made before it was timed apart (then inside the other kernels)."""
+    if hardware.time_source != "measured" or hardware.micro_batch_gemm_s is None:
+        return None
+    device_s = (
+        hardware.micro_batch_gemm_s
+        + (hardware.micro_batch_attention_s or 0.0)
+        + hardware.micro_batch_other_s
+    )
+    return device_s, hardware.micro_batch_host_s
+
+
 def measured_compute_s(
     device: str, device_s: float, host_s: float, tp: int, pp: int, grad_accum_steps: int
 ) -> float:
@@ -1044,21 +1058,14 @@ def predict(
     }
 
     peak = getattr(hardware, f"peak_tflops_{dtype}")
-    parts_measured = hardware.time_source == "measured" and hardware.micro_batch_gemm_s is not None
-    assumptions["time_source"] = "measured" if parts_measured else "efficiency"
+    parts = measured_parts_s(hardware)
+    assumptions["time_source"] = "efficiency" if parts is None else "measured"
     mem_bandwidth = hardware.mem_bandwidth_gbps
     time_s: dict[str, float] = {}
     step = tokens_s = cost = None
-    if peak or parts_measured:
-        if parts_measured:
-            kernels_s = (
-                hardware.micro_batch_gemm_s
-                + (hardware.micro_batch_attention_s or 0.0)
-                + hardware.micro_batch_other_s
-            )
-            compute = measured_compute_s(
-                device, kernels_s, hardware.micro_batch_host_s, layout.tp, layout.pp, m
-            )
+    if peak or parts:
+        if parts:
+            compute = measured_compute_s(device, *parts, layout.tp, layout.pp, m)
             mem_bandwidth = hardware.measured_mem_bandwidth_gbps or mem_bandwidth
         else:
             device_flops = flops * b * m * s / (layout.tp * layout.pp)

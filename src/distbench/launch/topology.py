@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from distbench.compose.hardware import ranks_sharing_machine
 from distbench.compose.schema import ConfigError
 from distbench.job import Job
 from distbench.launch.workers import (
@@ -101,5 +102,5 @@ def plan_launch(job: Job, job_dir: Path, env: Mapping[str, str] = os.environ) ->
         cmd = srun_command(agent, num_nodes)
     elif launcher == "local_nodes" and num_nodes > 1:
         cmd = local_nodes_command(agent, num_nodes)
-    ranks_here = job.world_size if launcher == "local_nodes" else per_node
+    ranks_here = ranks_sharing_machine(launcher, job.world_size, per_node)
     return LaunchPlan(cmd, launcher, num_nodes, per_node, ranks_here, port)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import psutil
 
+from distbench.compose.hardware import rank_threads
 from distbench.launch.lifeline import die_with_parent, start_shm_watcher
 
 OOM_TYPES = ("OutOfMemoryError", "MemoryError")
@@ -182,7 +183,7 @@ def worker_env(
     torchrun does not set it). Compiled DeepSpeed ops are cached in TORCH_EXTENSIONS_DIR."""
     env = dict(os.environ)
     sharing = ranks_sharing_cores or nproc_per_node
-    env.setdefault("OMP_NUM_THREADS", str(max(1, num_cores // sharing)))
+    env.setdefault("OMP_NUM_THREADS", str(rank_threads(num_cores, sharing)))
     env["DS_ACCELERATOR"] = "cuda" if device == "cuda" else "cpu"
     env["LOCAL_SIZE"] = str(nproc_per_node)
     # One cache per Python environment: builds from two venvs would overwrite each other's.

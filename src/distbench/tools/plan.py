@@ -273,7 +273,7 @@ def figure_sources(
     and between nodes, per-collective latency."""
     if hardware is None:
         return {}
-    from distbench.figures.analytic import default_latency_s
+    from distbench.figures.analytic import default_latency_s, measured_parts_s
 
     intra, inter = fits.get("intra"), fits.get("inter")
     resolved = hardware.link_source == "measured"  # fits resolved into the hardware's fields
@@ -314,7 +314,7 @@ def figure_sources(
         "compute": (
             "the micro-batch's measured parts: GEMMs at the model's shapes, other kernels at the "
             "measured bandwidth, host time per kernel (hardware.time_source=measured)"
-            if hardware.time_source == "measured" and hardware.micro_batch_gemm_s is not None
+            if measured_parts_s(hardware) is not None
             else efficiency_source(efficiency, hardware.peak_source)
         ),
         "intra_node_link": intra_node,
