@@ -50,7 +50,11 @@ sys.path.insert(0, str(PROJECT_DIR / "src"))
 
 from harness_overhead import work_dir  # noqa: E402  (benchmarks/ is this script's dir)
 
-from distbench.compose.hardware import STEP_PARTS_FIELDS, gpu_names  # noqa: E402
+from distbench.compose.hardware import (  # noqa: E402
+    ENGINE_PARTS_FIELDS,
+    STEP_PARTS_FIELDS,
+    gpu_names,
+)
 from distbench.figures.analytic import predict  # noqa: E402
 from distbench.job import Job  # noqa: E402
 
@@ -130,8 +134,9 @@ def efficiency_prediction(job_dir: Path, metrics: dict[str, Any]) -> dict[str, A
     pred = predict(by_efficiency)
     if pred.step_time_s is not None:
         metrics["pred_step_time_s_efficiency"] = pred.step_time_s
-    parts = {key: getattr(hardware, key) for key in STEP_PARTS_FIELDS}
-    return {"time_source": hardware.time_source, "step_parts": parts}
+    parts = {key: getattr(hardware, key) for key in (*STEP_PARTS_FIELDS, *ENGINE_PARTS_FIELDS)}
+    error = hardware.time_calibration_error
+    return {"time_source": hardware.time_source, "step_parts": parts, "time_error": error}
 
 
 def row_of(job: dict[str, Any]) -> list[str]:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose import checks
 from distbench.compose.hardware import (
+    apply_engine_parts,
     apply_measured_links,
     apply_measured_step_parts,
     ranks_sharing_machine,
@@ -375,7 +376,7 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
     if job.builds_model:
         engines.get(job.engine).check(job)
     spec.check(job)
-    return job
+    return apply_engine_parts(job)  # ZeRO-3's host work, under time_source=measured
 
 
 def _extra_keys(cfg: DictConfig, options_key: str | None) -> dict[str, Any]:

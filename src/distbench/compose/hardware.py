@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -305,6 +306,67 @@ def apply_measured_step_parts(
                 flush=True,
             )
     return hw
+
+
+# What `hardware.time_source=measured` fills from compose/engine_probe.py for a ZeRO-3 job.
+ENGINE_PARTS_FIELDS = ("micro_batch_engine_host_s", "engine_step_s")
+
+# cache key -> why its engine probe failed (as _STEP_PARTS_FAILED)
+_ENGINE_PARTS_FAILED: dict[str, str] = {}
+
+
+def apply_engine_parts(job: Any, timeout_s: float = 600.0) -> Any:
+    """The job with its engine's host work (ENGINE_PARTS_FIELDS) from the cache, else a
+    `python -m distbench.compose.engine_probe` subprocess, when engine_probe.applies to it and
+    its step parts were measured. A failed probe keeps the step parts, leaves the fields None
+    and says why in `time_calibration_error`: the job goes on."""
+    from distbench.compose import engine_probe
+
+    if job.hardware.time_source != "measured" or not engine_probe.applies(job):
+        return job
+    device = "cuda" if job.device == "cuda" else "cpu"
+    device_name = _device_name(device)
+    sharing = ranks_sharing_machine(
+        job.topology.rank_launcher, job.world_size, job.topology.ranks_per_node
+    )
+    threads = rank_threads(num_cpu_cores(), sharing) if device == "cpu" else 1
+    key = engine_probe.cache_key(job, device_name, threads)
+    figures = engine_probe.read_cache().get(key)
+    changes: dict[str, Any] = {}
+    try:
+        if figures is None and key not in _ENGINE_PARTS_FAILED:
+            figures = _engine_probe_subprocess(job, device, device_name, threads, timeout_s)
+        if figures is not None:
+            changes = {field: figures[field] for field in ENGINE_PARTS_FIELDS}
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError) as exc:
+        _ENGINE_PARTS_FAILED[key] = f"engine probe: {type(exc).__name__}: {exc}"[:500]
+        print(
+            f"distbench: the engine probe failed, ZeRO-3's host work is not predicted: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if not changes:  # failed now or before: said once, not retried for the same key
+        changes = {"time_calibration_error": _ENGINE_PARTS_FAILED[key]}
+    return job.replace(hardware=dataclasses.replace(job.hardware, **changes))
+
+
+def _engine_probe_subprocess(
+    job: Any, device: str, device_name: str, threads: int, timeout_s: float
+) -> dict:
+    """compose/engine_probe.py's figures from a subprocess (the caller never imports torch)."""
+    with tempfile.TemporaryDirectory(prefix="distbench-engine-probe-") as folder:
+        job_yaml = Path(folder) / "job.yaml"
+        job_yaml.write_text(job.to_yaml())
+        cmd = [sys.executable, "-m", "distbench.compose.engine_probe", "--job-yaml", str(job_yaml)]
+        cmd += ["--device-name", device_name, "--threads", str(threads)]
+        env = dict(os.environ, DS_ACCELERATOR=device)
+        if device == "cpu":
+            env["OMP_NUM_THREADS"] = str(threads)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise subprocess.SubprocessError(f"engine_probe exited {proc.returncode}: {last}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def num_cpu_cores() -> int:

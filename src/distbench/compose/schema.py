@@ -147,6 +147,10 @@ class HardwareConfig:
     host_us_per_kernel: float | None = None
     kernel_floor_us: float | None = None
     measured_mem_bandwidth_gbps: float | None = None
+    # DeepSpeed ZeRO-3's host work beyond the traced model (compose/engine_probe.py): per
+    # micro-batch (its fetch / release hooks) and its optimizer step at one rank, full depth
+    micro_batch_engine_host_s: float | None = None
+    engine_step_s: float | None = None
     time_calibration_error: str | None = None
 
 

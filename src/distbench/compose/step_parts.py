@@ -24,8 +24,8 @@ The parts, for one micro-batch (forward + backward, the optimizer apart):
 
 device_s = Σ GEMM time at its timed shape + Σ attention time at its timed shape
          + Σ max(bytes / bandwidth, kernel floor) of the rest;
-host_s = kernels × host time per kernel. Not counted: what an engine adds (DDP and DeepSpeed hooks,
-ZeRO-3's gathers and their host time), autocast's weight casts.
+host_s = kernels × host time per kernel. Not counted: what an engine adds (DDP and DeepSpeed hooks;
+ZeRO-3's are probed apart on a GPU, compose/engine_probe.py), autocast's weight casts.
 
 Cached in ~/.cache/distbench/step_parts.json ($DISTBENCH_CACHE_DIR overrides the folder), keyed by
 host, device name, dtype, model shape, batch shape and (CPU) the rank's threads: the cores the
@@ -72,6 +72,7 @@ HOST_PROBE_TOKENS = (1, 16)  # micro-batch size, seq_len of the host-time probe
 GEMM_TIMED_ITERS = 5
 # On a CPU a GEMM shape is timed with its first dimension cut so one call stays near this.
 CPU_GEMM_PROBE_FLOPS = 2e9
+WARM_UP_S = 2.0  # of GEMMs on a GPU before the first timing (warm_up)
 CACHE_FILE = "step_parts.json"
 CACHE_VERSION = 2
 
@@ -275,6 +276,23 @@ def attention_seconds(shape: AttentionShape, device: str, dtype: str) -> tuple[f
     return forward_s, max(_best_s(forward_backward, device) - forward_s, 0.0)
 
 
+def warm_up(device: str, seconds: float = WARM_UP_S) -> None:
+    """Keep a GPU busy with large GEMMs for `seconds` before anything is timed: an idle GPU
+    starts at low clocks, and a fresh H100 timed llama_1b's first GEMM shapes twice as slow
+    as the same shapes a minute later (benchmarks/gpu_runs/2026-11-26_h200_zero3). A CPU has
+    no such ramp."""
+    if device != "cuda":
+        return
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for _ in range(10):
+            torch.mm(a, a)
+        torch.cuda.synchronize()
+
+
 def copy_bandwidth_gbps(device: str) -> float:
     """GB/s of a large device copy, bytes read + written (STREAM's copy counts both)."""
     import torch
@@ -309,14 +327,15 @@ def kernel_floor_s(device: str) -> float:
     return best
 
 
-def host_seconds(model_cfg: ModelConfig, device: str, dtype: str) -> float:
-    """Wall seconds of forward + backward of the 2-layer model at HOST_PROBE_TOKENS on the
-    device, built as the runs build it (ranks/models.py); the median of 5 after a warm-up."""
+def host_seconds(model_cfg: ModelConfig, device: str, dtype: str, num_layers: int = 2) -> float:
+    """Wall seconds of forward + backward of the model cut to `num_layers` at HOST_PROBE_TOKENS
+    on the device, built as the runs build it (ranks/models.py); the median of 5 after a
+    warm-up."""
     import torch
 
     from distbench.ranks.models import build_meta_model, materialise
 
-    model = build_meta_model(dataclasses.replace(model_cfg, num_layers=2), dtype)
+    model = build_meta_model(dataclasses.replace(model_cfg, num_layers=num_layers), dtype)
     model = materialise(model, device, seed=0)
     ids = torch.zeros(*HOST_PROBE_TOKENS, dtype=torch.long, device=device)
 
@@ -371,6 +390,7 @@ def measure(
         torch.set_num_threads(threads)  # a rank's share of the cores, as the launcher gives it
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
+    warm_up(device)
     every = (traces[1], traces[2], probe_trace)
     shapes = set().union(*(t.gemms for t in every))
     gemm_s = {shape: gemm_seconds(shape, device, dtype) for shape in sorted(shapes)}
@@ -427,12 +447,27 @@ def cache_key(
     )
 
 
-def read_cache() -> dict[str, Any]:
-    """Every cached measurement by cache_key ({} without a cache)."""
+def read_cache(file_name: str = CACHE_FILE) -> dict[str, Any]:
+    """Every cached measurement of the cache folder's `file_name` by key ({} without one)."""
     try:
-        return json.loads(cache_path().with_name(CACHE_FILE).read_text())
+        return json.loads(cache_path().with_name(file_name).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def cached(file_name: str, key: str, measure_now: Any, force: bool = False) -> dict[str, Any]:
+    """The figures cached under `key` in the cache folder's `file_name`, or measure_now()'s,
+    cached; under a lock (jobs may overlap), with "cached" saying which."""
+    path = cache_path().with_name(file_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(path.with_suffix(".lock")):
+        cache = read_cache(file_name)
+        if key in cache and not force:
+            return {**cache[key], "cached": True}
+        result = measure_now()
+        cache[key] = result
+        write_json_atomic(path, dict(sorted(cache.items())))
+    return {**result, "cached": False}
 
 
 def cached_or_measured(
@@ -445,18 +480,12 @@ def cached_or_measured(
     force: bool = False,
     threads: int = 1,
 ) -> dict[str, Any]:
-    """The cached figures for this key, or measure and cache them (a lock: jobs may overlap)."""
-    path = cache_path().with_name(CACHE_FILE)
+    """The cached figures for this key, or measure and cache them."""
     key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(path.parent / "step_parts.lock"):
-        cache = read_cache()
-        if key in cache and not force:
-            return {**cache[key], "cached": True}
-        result = measure(model_cfg, device, dtype, micro_batch_size, seq_len, threads)
-        cache[key] = result
-        write_json_atomic(path, dict(sorted(cache.items())))
-    return {**result, "cached": False}
+    shape = (micro_batch_size, seq_len)
+    return cached(
+        CACHE_FILE, key, lambda: measure(model_cfg, device, dtype, *shape, threads), force
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -775,7 +775,13 @@ def measured_parts_s(hardware: Any) -> tuple[float, float] | None:
 
 
 def measured_compute_s(
-    device: str, device_s: float, host_s: float, tp: int, pp: int, grad_accum_steps: int
+    device: str,
+    device_s: float,
+    host_s: float,
+    tp: int,
+    pp: int,
+    grad_accum_steps: int,
+    engine_host_s: float = 0.0,
 ) -> float:
     """Forward + backward of a step from one micro-batch's measured parts
     (compose/step_parts.py): its kernels' time on the device, split over tp·pp (a tp
@@ -783,11 +789,24 @@ def measured_compute_s(
     over pp only (a tp rank launches every kernel of its layers, smaller). On a GPU the host
     queues kernels while the device runs them: a micro-batch takes the longer of the two
     (Williams et al. 2009's roofline bound, with the launch path as one more ceiling). On a CPU
-    both run on the rank's one core: they add up."""
+    both run on the rank's one core: they add up. `engine_host_s` (ZeRO-3's fetch / release
+    hooks, compose/engine_probe.py) is added on both: DeepSpeed's parameter coordinator
+    synchronises the host with the device on its fetch events, so the host cannot queue the
+    hooks' work ahead of the kernels."""
     kernels_s = device_s / (tp * pp)
     launch_s = host_s / pp
     per_micro_batch = max(kernels_s, launch_s) if device == "cuda" else kernels_s + launch_s
-    return grad_accum_steps * per_micro_batch
+    return grad_accum_steps * (per_micro_batch + engine_host_s)
+
+
+def engine_step_host_s(engine_step_s: float | None, optimizer_kernels_s: float) -> float:
+    """What an engine's optimizer step takes beyond its kernels: the probe's measured step of
+    the whole model on one rank (compose/engine_probe.py) less the memory-bound AdamW kernels
+    of the same parameters (optimizer_step_s). It is per-parameter bookkeeping, so it does not
+    shrink with the shard; 0 without a probe."""
+    if engine_step_s is None:
+        return 0.0
+    return max(engine_step_s - optimizer_kernels_s, 0.0)
 
 
 def group_spans_nodes(group: str, layout: Layout, ranks_per_node: int) -> bool:
@@ -904,7 +923,9 @@ def predict(
       compute  = model FLOPs per token (metrics.train_flops_per_token: 6N + 12·L·h·s) × this
                  device's tokens / (peak TFLOP/s of the dtype × efficiency); with
                  hardware.time_source=measured, the micro-batch's measured parts instead
-                 (measured_compute_s), and the measured memory bandwidth for the optimizer
+                 (measured_compute_s), and the measured memory bandwidth for the optimizer;
+                 for ZeRO-3 its engine's host work per micro-batch and per step, probed
+                 (compose/engine_probe.py)
       bubble   = compute × (p−1)/m, i.e. (p−1)/(m+p−1) of the pipelined time
       comm     = α-β time of every byte, less what runs under compute (hidden_comm_s: the
                  torch engine's data-parallel traffic on GPUs; DeepSpeed's overlap_comm is
@@ -1065,7 +1086,8 @@ def predict(
     step = tokens_s = cost = None
     if peak or parts:
         if parts:
-            compute = measured_compute_s(device, *parts, layout.tp, layout.pp, m)
+            engine_host = hardware.micro_batch_engine_host_s or 0.0
+            compute = measured_compute_s(device, *parts, layout.tp, layout.pp, m, engine_host)
             mem_bandwidth = hardware.measured_mem_bandwidth_gbps or mem_bandwidth
         else:
             device_flops = flops * b * m * s / (layout.tp * layout.pp)
@@ -1085,18 +1107,20 @@ def predict(
         # Pure bf16 keeps its AdamW states in bf16; fp32 and the mixed recipes in fp32.
         state_value_bytes = 4 if mixed or dtype == "fp32" else DTYPE_BYTES[dtype]
         optimizer_params = shard if layout.zero_stage == 0 else shard_dp  # ZeRO-1+, FSDP: a shard
+        bf16_copy = mixed and job.engine == "deepspeed"
+        # ZeRO-3's step beyond its kernels (its probe timed the whole model on one rank)
+        step_host = engine_step_host_s(
+            hardware.engine_step_s if parts else None,
+            optimizer_step_s(split.total, state_value_bytes, bf16_copy, mem_bandwidth),
+        )
         time_s = {
             "compute": compute,
             "bubble": compute * (layout.pp - 1) / m,
             "comm": sum(comm_s.values()) - hidden,  # exposed
             "optimizer": 0.0
             if offload_optimizer and not device_is_host  # the host's Adam: in offload
-            else optimizer_step_s(
-                optimizer_params,
-                state_value_bytes,
-                mixed and job.engine == "deepspeed",
-                mem_bandwidth,
-            ),
+            else optimizer_step_s(optimizer_params, state_value_bytes, bf16_copy, mem_bandwidth)
+            + step_host,
             "offload": offload_s,
         }
         step = sum(time_s.values())

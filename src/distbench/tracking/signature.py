@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from distbench.compose.hardware import STEP_PARTS_FIELDS
+from distbench.compose.hardware import ENGINE_PARTS_FIELDS, STEP_PARTS_FIELDS
 
 # The tag that carries it (public: compare pairs runs by it, resume finds them by it).
 SIGNATURE_TAG = "distbench.signature"
@@ -36,6 +36,7 @@ EXCLUDED_HARDWARE_KEYS = (
     "mem_bandwidth_gbps",
     "time_source",
     *STEP_PARTS_FIELDS,
+    *ENGINE_PARTS_FIELDS,
     "time_calibration_error",
 )
 

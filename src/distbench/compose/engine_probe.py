@@ -1,0 +1,211 @@
+"""What DeepSpeed ZeRO-3 adds to a training step on the host, measured: its per-module
+parameter fetch / release hooks and its optimizer step, which the traced model
+(compose/step_parts.py) does not see.
+
+`hardware.time_source=measured` runs this as a subprocess at compose time for a ZeRO-3 job
+(without tp or pp) and reads the last stdout line, one JSON document; figures/analytic.py adds
+its figures to the predicted step.
+
+The probe builds the job's own engine (engines/deepspeed.initialize: its zero_optimization
+block, dtype and precision recipe; offload off, its traffic is the offload term) on one rank of
+this machine's device, for the model cut to 1 and 2 layers, at 1 × 16 tokens (too small to keep
+a device busy: what it times is the host), and times, median of ENGINE_TIMED_ITERS after
+ENGINE_WARMUP_ITERS:
+- forward + `engine.backward`, against the bare model's forward + backward at the same cut and
+  tokens (step_parts.host_seconds): the difference is the engine's host time per micro-batch;
+- `engine.step()`: the engine's optimizer step, kernels and host together.
+Both are extrapolated linearly to the model's depth (a layer adds the same hooks). On one rank
+DeepSpeed gathers nothing (one partition), so the probe times the hooks' bookkeeping, not the
+all-gathers: those are the α-β communication term.
+
+The 2026-11-25 H100 profile found why ZeRO-3 needs this: llama_1b's kernels kept the device busy
+13 % of a ZeRO-3 step and 38 % of a ZeRO-0 one (benchmarks/gpu_runs/2026-11-25_h100).
+
+Cached in engine_parts.json beside step_parts.json, keyed by host, device, dtype, precision,
+model shape, zero_optimization block and (CPU) the rank's threads.
+
+    python -m distbench.compose.engine_probe --job-yaml RUN_DIR/resolved.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+from typing import Any
+
+from distbench.compose import step_parts
+
+ENGINE_TIMED_ITERS = 20
+ENGINE_WARMUP_ITERS = 2  # the first step allocates the optimizer's states
+CACHE_FILE = "engine_parts.json"
+CACHE_VERSION = 1
+
+
+def applies(job: Any) -> bool:
+    """Whether a training job's engine adds host work the trace misses: DeepSpeed ZeRO-3 built
+    partitioned (no tp, no pp) on a GPU. ZeRO-0/1/2 and the torch engine hook once per
+    parameter's gradient or per bucket, within the traced model's figures on the H100 (-7 to
+    -11 %). A CPU job is not probed: its ZeRO-3 step was predicted within 30 % without the
+    probe (benchmarks/cpu_runs/2026-11-26_measured_time), and there the probe's difference is
+    the size of its timing noise (two probes of one tiny ZeRO-3 job at 1 thread on a 2-core
+    machine: 0.027 and 0.104 s of hooks per micro-batch; the second took a +21 % step
+    prediction to +60 %). The probe itself runs on a CPU: its tests run it there."""
+    return (
+        job.workload.name == "train"
+        and job.device == "cuda"
+        and job.engine == "deepspeed"
+        and job.layout.zero_stage == 3
+        and job.layout.tp == 1
+        and job.layout.pp == 1
+    )
+
+
+def probe_job(job: Any, num_layers: int) -> Any:
+    """The job cut to one rank, `num_layers` layers and one micro-batch of HOST_PROBE_TOKENS,
+    random weights, offload off."""
+    from distbench.job import Layout
+
+    micro_batch_size, seq_len = step_parts.HOST_PROBE_TOKENS
+    return job.replace(
+        layout=Layout(world_size=1, dp=1, zero_stage=job.layout.zero_stage),
+        model=dataclasses.replace(job.model, num_layers=num_layers, pretrained_path=None),
+        batch=dataclasses.replace(
+            job.batch, micro_batch_size=micro_batch_size, seq_len=seq_len, grad_accum_steps=1
+        ),
+        strategy=dataclasses.replace(job.strategy, offload_optimizer="none", offload_param="none"),
+    )
+
+
+def join_one_rank_group(device: str) -> None:
+    """A one-rank process group on this machine (the engine needs one)."""
+    import torch.distributed as dist
+
+    from distbench.ranks import dist as dist_utils
+
+    if dist.is_initialized():
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0"}
+    os.environ.update({**env, "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+    dist_utils.init_process_group(device, "deepspeed")
+
+
+def engine_seconds(job: Any) -> tuple[float, float]:
+    """(forward + backward, optimizer step) seconds of the job's engine: the medians."""
+    import torch
+
+    from distbench.engines import deepspeed as ds_engine
+    from distbench.ranks.models import build_meta_model
+
+    device = job.device
+    wrapped = ds_engine.initialize(build_meta_model(job.model, job.weights_dtype), job)
+    engine = wrapped.engine
+    ids = torch.zeros(*step_parts.HOST_PROBE_TOKENS, dtype=torch.long, device=device)
+    forward_backward_s, step_s = [], []
+    for i in range(ENGINE_WARMUP_ITERS + ENGINE_TIMED_ITERS):
+        step_parts._sync(device)
+        started = time.perf_counter()
+        engine.backward(engine(input_ids=ids, labels=ids).loss)
+        step_parts._sync(device)
+        stepped = time.perf_counter()
+        engine.step()
+        step_parts._sync(device)
+        if i >= ENGINE_WARMUP_ITERS:
+            forward_backward_s.append(stepped - started)
+            step_s.append(time.perf_counter() - stepped)
+    engine.destroy()
+    del engine, wrapped
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return statistics.median(forward_backward_s), statistics.median(step_s)
+
+
+def measure(job: Any, threads: int = 1) -> dict[str, Any]:
+    """Time the engine and the bare model at 1 and 2 layers; extrapolate to the job's depth."""
+    import torch
+
+    device = job.device
+    if device == "cpu":
+        torch.set_num_threads(threads)
+    join_one_rank_group(device)
+    step_parts.warm_up(device)
+    forward_backward, step, bare = {}, {}, {}
+    for n in (1, 2):
+        cut = probe_job(job, n)
+        forward_backward[n], step[n] = engine_seconds(cut)
+        bare[n] = step_parts.host_seconds(cut.model, device, job.dtype, num_layers=n)
+    layers = job.model.num_layers
+    extra = {n: forward_backward[n] - bare[n] for n in (1, 2)}
+    return {
+        "micro_batch_engine_host_s": max(step_parts.extrapolate(extra[1], extra[2], layers), 0.0),
+        "engine_step_s": max(step_parts.extrapolate(step[1], step[2], layers), 0.0),
+        "probe_forward_backward_s": forward_backward,
+        "probe_bare_forward_backward_s": bare,
+        "probe_step_s": step,
+        "torch_version": torch.__version__,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def cache_key(job: Any, device_name: str, threads: int = 1) -> str:
+    shape = {k: v for k, v in dataclasses.asdict(job.model).items() if k != "pretrained_path"}
+    shape.pop("name", None)
+    parts = {
+        "model": shape,
+        "zero_optimization": job.zero_optimization or {},
+        "precision": job.precision,
+    }
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return (
+        f"v{CACHE_VERSION}|{socket.gethostname()}|{device_name}|{job.dtype}|{blob}"
+        f"|threads={threads}"
+    )
+
+
+def read_cache() -> dict[str, Any]:
+    """Every cached engine measurement by cache_key ({} without a cache)."""
+    return step_parts.read_cache(CACHE_FILE)
+
+
+def cached_or_measured(
+    job: Any, device_name: str, threads: int = 1, force: bool = False
+) -> dict[str, Any]:
+    """The cached figures for this job's engine, or measure and cache them."""
+    key = cache_key(job, device_name, threads)
+    return step_parts.cached(CACHE_FILE, key, lambda: measure(job, threads), force)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job-yaml", required=True, help="the job, as resolved.yaml holds it")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of one rank")
+    parser.add_argument("--device-name", help="cache under this name (default: detected)")
+    parser.add_argument("--force", action="store_true", help="measure even when cached")
+    args = parser.parse_args(argv)
+
+    from omegaconf import OmegaConf
+
+    from distbench.compose.hardware import _device_name
+    from distbench.job import Job
+
+    job = Job.from_tree(OmegaConf.to_container(OmegaConf.load(args.job_yaml)))
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if job.device == "cuda" else "cpu")
+    name = args.device_name or _device_name(job.device)
+    threads = args.threads if job.device == "cpu" else 1
+    result = cached_or_measured(job, name, threads, args.force)
+    print(json.dumps({**result, "device_name": name}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""ZeRO-3's host work under hardware.time_source=measured: the probe times DeepSpeed's real
+ZeRO-3 engine on one rank against the bare model, the job's prediction adds what it found, and
+a failed probe never loses the job.
+
+    python -m pytest tests/unit/test_engine_probe.py -q
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from distbench.compose import engine_probe, hardware, step_parts
+from distbench.compose.hardware import ENGINE_PARTS_FIELDS, apply_engine_parts
+from distbench.figures.analytic import engine_step_host_s, optimizer_step_s, predict
+from distbench.job import resolve_job
+from tests.conftest import CONF_DIR, compose_config
+
+pytestmark = pytest.mark.unit
+
+TINY_ZERO3 = ["model=tiny", "strategy=zero3", "world_size=2"]
+
+
+def _job(overrides: list[str]):
+    return resolve_job(compose_config(overrides), CONF_DIR)
+
+
+def _measured(job, **engine):
+    parts = dict(
+        time_source="measured",
+        micro_batch_gemm_s=0.03,
+        micro_batch_attention_s=0.01,
+        micro_batch_other_s=0.02,
+        micro_batch_host_s=0.05,
+        kernels_per_micro_batch=2000,
+        host_us_per_kernel=25.0,
+        kernel_floor_us=2.0,
+        measured_mem_bandwidth_gbps=3000.0,
+    )
+    return job.replace(hardware=dataclasses.replace(job.hardware, **parts, **engine))
+
+
+def test_the_probe_is_one_rank_of_the_same_engine_cut_to_a_tiny_batch():
+    bucket = "+zero_optimization.stage3_prefetch_bucket_size=7"
+    job = _job([*TINY_ZERO3, "batch=medium", "hardware=h100_sxm", bucket])
+    cut = engine_probe.probe_job(job, 2)
+    assert (cut.layout.world_size, cut.layout.dp, cut.layout.zero_stage) == (1, 1, 3)
+    assert (cut.batch.micro_batch_size, cut.batch.seq_len) == step_parts.HOST_PROBE_TOKENS
+    assert cut.batch.grad_accum_steps == 1 and cut.model.num_layers == 2
+    assert cut.zero_optimization == job.zero_optimization  # the run's own buckets
+    assert cut.model.hidden_size == job.model.hidden_size and cut.dtype == job.dtype
+    # ZeRO-3 without tp or pp on a GPU is probed; the engines whose hooks the trace covers
+    # and a CPU are not
+    assert engine_probe.applies(job)
+    assert not engine_probe.applies(_job(TINY_ZERO3))
+    for other in ("zero2", "dp", "ddp", "fsdp"):
+        gpu = ["model=tiny", "world_size=2", "hardware=h100_sxm", f"strategy={other}"]
+        assert not engine_probe.applies(_job(gpu))
+
+
+def test_zero3s_hooks_are_measured_on_its_real_engine_once_then_read_from_the_cache(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    job = _job(TINY_ZERO3)
+    job_yaml = tmp_path / "job.yaml"
+    job_yaml.write_text(job.to_yaml())
+    assert engine_probe.main(["--job-yaml", str(job_yaml), "--device-name", "test-cpu"]) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # the engine's forward + backward against the bare model's, at both cuts: ZeRO-3's fetch
+    # and release hooks cost the host time on top of the same kernels
+    for n in ("1", "2"):
+        assert first["probe_forward_backward_s"][n] > first["probe_bare_forward_backward_s"][n]
+        assert first["probe_step_s"][n] > 0
+    assert first["micro_batch_engine_host_s"] >= 0 and first["engine_step_s"] >= 0
+    assert first["cached"] is False
+    # a job of the same engine and model at another world size reads it from the cache
+    again = engine_probe.cached_or_measured(_job([*TINY_ZERO3, "world_size=4"]), "test-cpu")
+    assert again["cached"] is True
+    assert {f: again[f] for f in ENGINE_PARTS_FIELDS} == {f: first[f] for f in ENGINE_PARTS_FIELDS}
+    # another prefetch bucket is another engine: its own entry
+    other = _job([*TINY_ZERO3, "+zero_optimization.stage3_prefetch_bucket_size=7"])
+    assert engine_probe.cache_key(other, "test-cpu") != engine_probe.cache_key(job, "test-cpu")
+
+
+def _no_subprocess(*args, **kwargs):
+    raise AssertionError(f"a subprocess was started: {args}")
+
+
+def test_only_a_measured_zero3_job_on_a_gpu_is_probed(monkeypatch, tmp_path):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
+    by_efficiency = _job([*TINY_ZERO3, "hardware=h100_sxm"])
+    assert apply_engine_parts(by_efficiency) is by_efficiency
+    for cpu_or_zero2 in (TINY_ZERO3, ["model=tiny", "strategy=zero2", "hardware=h100_sxm"]):
+        job = _measured(_job(cpu_or_zero2))
+        assert apply_engine_parts(job) is job
+    # a GPU ZeRO-3 job whose engine is cached reads it in-process
+    gpu = _measured(_job([*TINY_ZERO3, "hardware=h100_sxm"]))
+    key = engine_probe.cache_key(gpu, hardware._device_name("cuda"))
+    cached = {"micro_batch_engine_host_s": 0.2, "engine_step_s": 0.3}
+    (tmp_path / engine_probe.CACHE_FILE).write_text(json.dumps({key: cached}))
+    probed = apply_engine_parts(gpu).hardware
+    assert (probed.micro_batch_engine_host_s, probed.engine_step_s) == (0.2, 0.3)
+
+
+def test_a_failed_probe_keeps_the_step_parts_and_says_why_once(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "_ENGINE_PARTS_FAILED", {})
+    job = _measured(_job([*TINY_ZERO3, "hardware=h100_sxm"]))  # no CUDA device here
+    failed = apply_engine_parts(job)
+    assert failed.hardware.time_source == "measured"
+    assert failed.hardware.micro_batch_gemm_s == job.hardware.micro_batch_gemm_s
+    assert failed.hardware.micro_batch_engine_host_s is None
+    assert failed.hardware.time_calibration_error.startswith("engine probe: SubprocessError")
+    assert "the engine probe failed" in capsys.readouterr().err
+    # the next job of the same engine neither retries nor repeats it
+    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
+    again = apply_engine_parts(job)
+    assert again.hardware.time_calibration_error == failed.hardware.time_calibration_error
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_predict_adds_zero3s_hooks_to_every_micro_batch_and_its_step_beyond_the_kernels(device):
+    llama = ["model=llama_1b", "batch=medium", "workload.dtype=bf16", "strategy=zero3"]
+    hw = ["hardware=h100_sxm"] if device == "cuda" else []
+    job = _measured(_job([*llama, *hw, "world_size=1"]))
+    assert job.device == device
+    bare = predict(job)
+    probed = predict(_measured(job, micro_batch_engine_host_s=0.05, engine_step_s=0.4))
+    m = job.batch.grad_accum_steps
+    assert probed.time_s["compute"] == pytest.approx(bare.time_s["compute"] + m * 0.05)
+    full_model_kernels = optimizer_step_s(bare.num_params, 4, True, 3000.0)
+    assert probed.time_s["optimizer"] == pytest.approx(
+        bare.time_s["optimizer"] + 0.4 - full_model_kernels
+    )
+    # a step the kernels alone explain adds nothing
+    assert engine_step_host_s(full_model_kernels / 2, full_model_kernels) == 0.0
+    assert engine_step_host_s(None, 1.0) == 0.0
+
+
+def test_the_engine_parts_are_not_part_of_the_runs_signature():
+    from distbench.tracking.signature import run_signature
+
+    job = _measured(_job(TINY_ZERO3))
+    probed = _measured(job, **{field: 0.25 for field in ENGINE_PARTS_FIELDS})
+    assert run_signature(probed.tree()) == run_signature(job.tree())
+    other_model = _measured(_job([*TINY_ZERO3, "model.num_layers=3"]))
+    assert run_signature(other_model.tree()) != run_signature(job.tree())
