@@ -112,5 +112,6 @@ def test_zero3s_engine_is_probed_on_the_gpu(tmp_path, monkeypatch):
     assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
     hardware = Job.load(tmp_path).hardware
     assert hardware.time_calibration_error is None
-    assert hardware.micro_batch_engine_host_s > 0 and hardware.engine_step_s > 0
+    # clamped at 0 where noise makes a layer look free, but never missing
+    assert hardware.micro_batch_engine_host_s >= 0 and hardware.engine_step_s >= 0
     assert outcome["metrics"]["pred_step_time_s"] > 0

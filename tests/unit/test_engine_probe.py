@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
 from distbench.compose import engine_probe, hardware, step_parts
+from distbench.compose.engine_probe import PROBE_FIELDS
 from distbench.compose.hardware import ENGINE_PARTS_FIELDS, apply_engine_parts
 from distbench.figures.analytic import engine_step_host_s, optimizer_step_s, predict
 from distbench.job import resolve_job
@@ -51,38 +54,62 @@ def test_the_probe_is_one_rank_of_the_same_engine_cut_to_a_tiny_batch():
     assert cut.batch.grad_accum_steps == 1 and cut.model.num_layers == 2
     assert cut.zero_optimization == job.zero_optimization  # the run's own buckets
     assert cut.model.hidden_size == job.model.hidden_size and cut.dtype == job.dtype
-    # ZeRO-3 without tp or pp on a GPU is probed; the engines whose hooks the trace covers
-    # and a CPU are not
+    # ZeRO-3 on a GPU is probed, with AutoTP too (probed without it); the engines whose hooks
+    # the trace covers and a CPU are not
     assert engine_probe.applies(job)
+    with_tp = _job(["model=tiny", "strategy=dp", "zero_stage=3", "strategy.tp=2", "world_size=4"])
+    with_tp = with_tp.replace(hardware=job.hardware)
+    assert engine_probe.applies(with_tp)
+    assert engine_probe.probe_job(with_tp, 1).layout.tp == 1
     assert not engine_probe.applies(_job(TINY_ZERO3))
     for other in ("zero2", "dp", "ddp", "fsdp"):
         gpu = ["model=tiny", "world_size=2", "hardware=h100_sxm", f"strategy={other}"]
         assert not engine_probe.applies(_job(gpu))
 
 
+def test_the_cuts_extrapolate_to_the_models_depth():
+    probe = {
+        "forward_backward_s": {"1": 0.03, "2": 0.05},
+        "bare_forward_backward_s": {"1": 0.01, "2": 0.015},
+        "step_s": {"1": 0.01, "2": 0.012},
+    }
+    parts = engine_probe.engine_parts(probe, 16)
+    assert parts["micro_batch_engine_host_s"] == pytest.approx(0.02 + 15 * 0.015)
+    assert parts["engine_step_s"] == pytest.approx(0.01 + 15 * 0.002)
+    # noise that makes a layer look cheaper than none gives 0, not a negative time
+    noisy = {**probe, "forward_backward_s": {"1": 0.05, "2": 0.03}}
+    assert engine_probe.engine_parts(noisy, 16)["micro_batch_engine_host_s"] == 0.0
+
+
 def test_zero3s_hooks_are_measured_on_its_real_engine_once_then_read_from_the_cache(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch
 ):
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
     job = _job(TINY_ZERO3)
     job_yaml = tmp_path / "job.yaml"
     job_yaml.write_text(job.to_yaml())
-    assert engine_probe.main(["--job-yaml", str(job_yaml), "--device-name", "test-cpu"]) == 0
-    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    cmd = [sys.executable, "-m", "distbench.compose.engine_probe", "--job-yaml", str(job_yaml)]
+    proc = subprocess.run(
+        [*cmd, "--device-name", "test-cpu"], capture_output=True, text=True, check=True
+    )
+    first = json.loads(proc.stdout.strip().splitlines()[-1])
     # the engine's forward + backward against the bare model's, at both cuts: ZeRO-3's fetch
     # and release hooks cost the host time on top of the same kernels
     for n in ("1", "2"):
-        assert first["probe_forward_backward_s"][n] > first["probe_bare_forward_backward_s"][n]
-        assert first["probe_step_s"][n] > 0
-    assert first["micro_batch_engine_host_s"] >= 0 and first["engine_step_s"] >= 0
+        assert first["forward_backward_s"][n] > first["bare_forward_backward_s"][n]
+        assert first["step_s"][n] > 0
+    assert first == {**first, **engine_probe.engine_parts(first, job.model.num_layers)}
     assert first["cached"] is False
-    # a job of the same engine and model at another world size reads it from the cache
-    again = engine_probe.cached_or_measured(_job([*TINY_ZERO3, "world_size=4"]), "test-cpu")
-    assert again["cached"] is True
-    assert {f: again[f] for f in ENGINE_PARTS_FIELDS} == {f: first[f] for f in ENGINE_PARTS_FIELDS}
-    # another prefetch bucket is another engine: its own entry
-    other = _job([*TINY_ZERO3, "+zero_optimization.stage3_prefetch_bucket_size=7"])
-    assert engine_probe.cache_key(other, "test-cpu") != engine_probe.cache_key(job, "test-cpu")
+    # the same engine at another world size or depth reads it from the cache
+    for again in (["world_size=4"], ["model.num_layers=8"]):
+        read = engine_probe.cached_or_measured(_job([*TINY_ZERO3, *again]), "test-cpu")
+        assert read["cached"] is True
+        assert {f: read[f] for f in PROBE_FIELDS} == {f: first[f] for f in PROBE_FIELDS}
+    # another prefetch bucket or optimizer is another engine: its own entry
+    bucket = _job([*TINY_ZERO3, "+zero_optimization.stage3_prefetch_bucket_size=7"])
+    assert engine_probe.cache_key(bucket, "test-cpu") != engine_probe.cache_key(job, "test-cpu")
+    foreach = job.replace(workload=dataclasses.replace(job.workload, optimizer_impl="foreach"))
+    assert engine_probe.cache_key(foreach, "test-cpu") != engine_probe.cache_key(job, "test-cpu")
 
 
 def _no_subprocess(*args, **kwargs):
@@ -97,24 +124,32 @@ def test_only_a_measured_zero3_job_on_a_gpu_is_probed(monkeypatch, tmp_path):
     for cpu_or_zero2 in (TINY_ZERO3, ["model=tiny", "strategy=zero2", "hardware=h100_sxm"]):
         job = _measured(_job(cpu_or_zero2))
         assert apply_engine_parts(job) is job
-    # a GPU ZeRO-3 job whose engine is cached reads it in-process
+    # a GPU ZeRO-3 job whose engine is cached reads it in-process, at its own depth
     gpu = _measured(_job([*TINY_ZERO3, "hardware=h100_sxm"]))
     key = engine_probe.cache_key(gpu, hardware._device_name("cuda"))
-    cached = {"micro_batch_engine_host_s": 0.2, "engine_step_s": 0.3}
+    cached = {field: {"1": 0.1, "2": 0.2} for field in PROBE_FIELDS}
     (tmp_path / engine_probe.CACHE_FILE).write_text(json.dumps({key: cached}))
     probed = apply_engine_parts(gpu).hardware
-    assert (probed.micro_batch_engine_host_s, probed.engine_step_s) == (0.2, 0.3)
+    at_depth = engine_probe.engine_parts(cached, gpu.model.num_layers)
+    assert (probed.micro_batch_engine_host_s, probed.engine_step_s) == (
+        at_depth["micro_batch_engine_host_s"],
+        at_depth["engine_step_s"],
+    )
+    assert probed.engine_step_s == pytest.approx(0.1 + (gpu.model.num_layers - 1) * 0.1)
 
 
 def test_a_failed_probe_keeps_the_step_parts_and_says_why_once(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(hardware, "_ENGINE_PARTS_FAILED", {})
-    job = _measured(_job([*TINY_ZERO3, "hardware=h100_sxm"]))  # no CUDA device here
-    failed = apply_engine_parts(job)
+    job = _measured(_job([*TINY_ZERO3, "hardware=h100_sxm"]))
+    # a damaged cache entry is measured again, not read
+    key = engine_probe.cache_key(job, hardware._device_name("cuda"))
+    (tmp_path / engine_probe.CACHE_FILE).write_text(json.dumps({key: {"step_s": 1.0}}))
+    failed = apply_engine_parts(job, timeout_s=0.01)  # too short to import torch anywhere
     assert failed.hardware.time_source == "measured"
     assert failed.hardware.micro_batch_gemm_s == job.hardware.micro_batch_gemm_s
     assert failed.hardware.micro_batch_engine_host_s is None
-    assert failed.hardware.time_calibration_error.startswith("engine probe: SubprocessError")
+    assert failed.hardware.time_calibration_error.startswith("engine probe: TimeoutExpired")
     assert "the engine probe failed" in capsys.readouterr().err
     # the next job of the same engine neither retries nor repeats it
     monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)

@@ -2,9 +2,9 @@
 parameter fetch / release hooks and its optimizer step, which the traced model
 (compose/step_parts.py) does not see.
 
-`hardware.time_source=measured` runs this as a subprocess at compose time for a ZeRO-3 job
-(without tp or pp) and reads the last stdout line, one JSON document; figures/analytic.py adds
-its figures to the predicted step.
+`hardware.time_source=measured` runs this as a subprocess at compose time for a ZeRO-3 job on a
+GPU (applies) and reads the last stdout line, one JSON document; figures/analytic.py adds its
+figures (engine_parts) to the predicted step.
 
 The probe builds the job's own engine (engines/deepspeed.initialize: its zero_optimization
 block, dtype and precision recipe; offload off, its traffic is the offload term) on one rank of
@@ -12,7 +12,7 @@ this machine's device, for the model cut to 1 and 2 layers, at 1 × 16 tokens (t
 a device busy: what it times is the host), and times, median of ENGINE_TIMED_ITERS after
 ENGINE_WARMUP_ITERS:
 - forward + `engine.backward`, against the bare model's forward + backward at the same cut and
-  tokens (step_parts.host_seconds): the difference is the engine's host time per micro-batch;
+  tokens, the two alternating: the difference is the engine's host time per micro-batch;
 - `engine.step()`: the engine's optimizer step, kernels and host together.
 Both are extrapolated linearly to the model's depth (a layer adds the same hooks). On one rank
 DeepSpeed gathers nothing (one partition), so the probe times the hooks' bookkeeping, not the
@@ -21,8 +21,9 @@ all-gathers: those are the α-β communication term.
 The 2026-11-25 H100 profile found why ZeRO-3 needs this: llama_1b's kernels kept the device busy
 13 % of a ZeRO-3 step and 38 % of a ZeRO-0 one (benchmarks/gpu_runs/2026-11-25_h100).
 
-Cached in engine_parts.json beside step_parts.json, keyed by host, device, dtype, precision,
-model shape, zero_optimization block and (CPU) the rank's threads.
+Cached in engine_parts.json beside step_parts.json (the cuts' figures, extrapolated to a model's
+depth when read), keyed by host, device, dtype, precision, optimizer implementation, model shape
+but its depth, zero_optimization block and (CPU) the rank's threads.
 
     python -m distbench.compose.engine_probe --job-yaml RUN_DIR/resolved.yaml
 """
@@ -44,32 +45,36 @@ from distbench.compose import step_parts
 
 ENGINE_TIMED_ITERS = 20
 ENGINE_WARMUP_ITERS = 2  # the first step allocates the optimizer's states
+CUTS = (1, 2)  # the depths probed
 CACHE_FILE = "engine_parts.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+# What a probe records: per cut (a str of its depth), the medians in seconds
+PROBE_FIELDS = ("forward_backward_s", "bare_forward_backward_s", "step_s")
 
 
 def applies(job: Any) -> bool:
-    """Whether a training job's engine adds host work the trace misses: DeepSpeed ZeRO-3 built
-    partitioned (no tp, no pp) on a GPU. ZeRO-0/1/2 and the torch engine hook once per
-    parameter's gradient or per bucket, within the traced model's figures on the H100 (-7 to
-    -11 %). A CPU job is not probed: its ZeRO-3 step was predicted within 30 % without the
-    probe (benchmarks/cpu_runs/2026-11-26_measured_time), and there the probe's difference is
-    the size of its timing noise (two probes of one tiny ZeRO-3 job at 1 thread on a 2-core
-    machine: 0.027 and 0.104 s of hooks per micro-batch; the second took a +21 % step
-    prediction to +60 %). The probe itself runs on a CPU: its tests run it there."""
+    """Whether a training job's engine adds host work the trace misses: DeepSpeed ZeRO-3 on a
+    GPU (with AutoTP too: ZeRO-3 still partitions and hooks every module; the probe runs it
+    without). ZeRO-0, DDP and FSDP were predicted within -7 to -11 % on an H100 and an H200
+    from the traced model alone (benchmarks/gpu_runs/2026-11-26_h100); ZeRO-1/2 hook once per
+    gradient bucket and are not probed. A CPU job is not probed: its ZeRO-3 steps were
+    predicted within 30 % without the probe (benchmarks/cpu_runs/2026-11-26_measured_time), and
+    on a CPU the probe's difference is the size of its timing noise (two probes of one tiny
+    ZeRO-3 job at 1 thread on a 2-core machine, 2026-11-26: 0.027 and 0.104 s of hooks per
+    micro-batch; the second took a +21 % step prediction to +60 %). The probe itself runs on
+    a CPU: its tests run it there."""
     return (
         job.workload.name == "train"
         and job.device == "cuda"
         and job.engine == "deepspeed"
         and job.layout.zero_stage == 3
-        and job.layout.tp == 1
         and job.layout.pp == 1
     )
 
 
 def probe_job(job: Any, num_layers: int) -> Any:
-    """The job cut to one rank, `num_layers` layers and one micro-batch of HOST_PROBE_TOKENS,
-    random weights, offload off."""
+    """The job cut to one rank (no tp), `num_layers` layers and one micro-batch of
+    HOST_PROBE_TOKENS, random weights, offload off."""
     from distbench.job import Layout
 
     micro_batch_size, seq_len = step_parts.HOST_PROBE_TOKENS
@@ -79,12 +84,16 @@ def probe_job(job: Any, num_layers: int) -> Any:
         batch=dataclasses.replace(
             job.batch, micro_batch_size=micro_batch_size, seq_len=seq_len, grad_accum_steps=1
         ),
-        strategy=dataclasses.replace(job.strategy, offload_optimizer="none", offload_param="none"),
+        strategy=dataclasses.replace(
+            job.strategy, offload_optimizer="none", offload_param="none", tp=1
+        ),
     )
 
 
 def join_one_rank_group(device: str) -> None:
-    """A one-rank process group on this machine (the engine needs one)."""
+    """A one-rank process group on this machine (the engine needs one). It sets the
+    torch.distributed variables in this process's environment: the probe runs as its own
+    process (python -m distbench.compose.engine_probe)."""
     import torch.distributed as dist
 
     from distbench.ranks import dist as dist_utils
@@ -99,71 +108,103 @@ def join_one_rank_group(device: str) -> None:
     dist_utils.init_process_group(device, "deepspeed")
 
 
-def engine_seconds(job: Any) -> tuple[float, float]:
-    """(forward + backward, optimizer step) seconds of the job's engine: the medians."""
+def cut_seconds(cut: Any) -> dict[str, float]:
+    """PROBE_FIELDS' medians of one cut. The engine's and the bare model's iterations alternate,
+    so a change in the host's speed while it runs reaches both alike."""
     import torch
 
     from distbench.engines import deepspeed as ds_engine
-    from distbench.ranks.models import build_meta_model
+    from distbench.ranks.models import build_meta_model, materialise
 
-    device = job.device
-    wrapped = ds_engine.initialize(build_meta_model(job.model, job.weights_dtype), job)
+    device = cut.device
+    wrapped = ds_engine.initialize(build_meta_model(cut.model, cut.weights_dtype), cut)
     engine = wrapped.engine
+    bare = materialise(build_meta_model(cut.model, cut.dtype), device, seed=0)
     ids = torch.zeros(*step_parts.HOST_PROBE_TOKENS, dtype=torch.long, device=device)
-    forward_backward_s, step_s = [], []
-    for i in range(ENGINE_WARMUP_ITERS + ENGINE_TIMED_ITERS):
+
+    def timed(fn: Any) -> float:
         step_parts._sync(device)
         started = time.perf_counter()
-        engine.backward(engine(input_ids=ids, labels=ids).loss)
+        fn()
         step_parts._sync(device)
-        stepped = time.perf_counter()
-        engine.step()
-        step_parts._sync(device)
+        return time.perf_counter() - started
+
+    def bare_forward_backward() -> None:
+        bare(input_ids=ids, labels=ids).loss.backward()
+        bare.zero_grad(set_to_none=True)
+
+    times: dict[str, list[float]] = {field: [] for field in PROBE_FIELDS}
+    for i in range(ENGINE_WARMUP_ITERS + ENGINE_TIMED_ITERS):
+        figures = {
+            "forward_backward_s": timed(
+                lambda: engine.backward(engine(input_ids=ids, labels=ids).loss)
+            ),
+            "step_s": timed(engine.step),
+            "bare_forward_backward_s": timed(bare_forward_backward),
+        }
         if i >= ENGINE_WARMUP_ITERS:
-            forward_backward_s.append(stepped - started)
-            step_s.append(time.perf_counter() - stepped)
+            for field, seconds in figures.items():
+                times[field].append(seconds)
     engine.destroy()
-    del engine, wrapped
+    return {field: statistics.median(values) for field, values in times.items()}
+
+
+def free_memory(device: str) -> None:
+    """Release a cut's engine and model before the next is built."""
+    import torch
+
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
-    return statistics.median(forward_backward_s), statistics.median(step_s)
 
 
 def measure(job: Any, threads: int = 1) -> dict[str, Any]:
-    """Time the engine and the bare model at 1 and 2 layers; extrapolate to the job's depth."""
+    """Time the engine and the bare model at each of CUTS' depths."""
     import torch
+    import torch.distributed as dist
 
     device = job.device
     if device == "cpu":
         torch.set_num_threads(threads)
     join_one_rank_group(device)
     step_parts.warm_up(device)
-    forward_backward, step, bare = {}, {}, {}
-    for n in (1, 2):
-        cut = probe_job(job, n)
-        forward_backward[n], step[n] = engine_seconds(cut)
-        bare[n] = step_parts.host_seconds(cut.model, device, job.dtype, num_layers=n)
-    layers = job.model.num_layers
-    extra = {n: forward_backward[n] - bare[n] for n in (1, 2)}
+    per_cut = {}
+    for n in CUTS:
+        per_cut[str(n)] = cut_seconds(probe_job(job, n))
+        free_memory(device)
+    dist.destroy_process_group()
     return {
-        "micro_batch_engine_host_s": max(step_parts.extrapolate(extra[1], extra[2], layers), 0.0),
-        "engine_step_s": max(step_parts.extrapolate(step[1], step[2], layers), 0.0),
-        "probe_forward_backward_s": forward_backward,
-        "probe_bare_forward_backward_s": bare,
-        "probe_step_s": step,
+        **{field: {n: cut[field] for n, cut in per_cut.items()} for field in PROBE_FIELDS},
         "torch_version": torch.__version__,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
 
 
+def engine_parts(probe: dict[str, Any], num_layers: int) -> dict[str, float]:
+    """A probe's figures at the model's depth (hardware.ENGINE_PARTS_FIELDS): the engine's
+    forward + backward beyond the bare model's, and its step, extrapolated linearly from the
+    cuts (step_parts.extrapolate), never below 0."""
+    extra = {n: probe["forward_backward_s"][n] - probe["bare_forward_backward_s"][n] for n in "12"}
+    step = probe["step_s"]
+    return {
+        "micro_batch_engine_host_s": max(
+            step_parts.extrapolate(extra["1"], extra["2"], num_layers), 0.0
+        ),
+        "engine_step_s": max(step_parts.extrapolate(step["1"], step["2"], num_layers), 0.0),
+    }
+
+
 def cache_key(job: Any, device_name: str, threads: int = 1) -> str:
-    shape = {k: v for k, v in dataclasses.asdict(job.model).items() if k != "pretrained_path"}
-    shape.pop("name", None)
+    """What the probe's figures depend on: the model's shape but its depth (the cuts are fixed),
+    the zero_optimization block, the precision recipe and the optimizer's implementation."""
+    shape = dataclasses.asdict(job.model)
+    for unused in ("pretrained_path", "name", "num_layers"):
+        shape.pop(unused, None)
     parts = {
         "model": shape,
         "zero_optimization": job.zero_optimization or {},
         "precision": job.precision,
+        "optimizer_impl": job.optimizer_impl,
     }
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return (
@@ -203,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.device_name or _device_name(job.device)
     threads = args.threads if job.device == "cpu" else 1
     result = cached_or_measured(job, name, threads, args.force)
-    print(json.dumps({**result, "device_name": name}))
+    at_depth = engine_parts(result, job.model.num_layers)
+    print(json.dumps({**result, **at_depth, "device_name": name}))
     return 0
 
 

@@ -334,11 +334,20 @@ def apply_engine_parts(job: Any, timeout_s: float = 600.0) -> Any:
     figures = engine_probe.read_cache().get(key)
     changes: dict[str, Any] = {}
     try:
-        if figures is None and key not in _ENGINE_PARTS_FAILED:
-            figures = _engine_probe_subprocess(job, device, device_name, threads, timeout_s)
+        if not _is_probe(figures):
+            figures = None
+            if key not in _ENGINE_PARTS_FAILED:
+                figures = _engine_probe_subprocess(job, device, device_name, threads, timeout_s)
         if figures is not None:
-            changes = {field: figures[field] for field in ENGINE_PARTS_FIELDS}
-    except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError) as exc:
+            changes = engine_probe.engine_parts(figures, job.model.num_layers)
+    except (
+        subprocess.SubprocessError,
+        OSError,
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+    ) as exc:
         _ENGINE_PARTS_FAILED[key] = f"engine probe: {type(exc).__name__}: {exc}"[:500]
         print(
             f"distbench: the engine probe failed, ZeRO-3's host work is not predicted: {exc}",
@@ -348,6 +357,15 @@ def apply_engine_parts(job: Any, timeout_s: float = 600.0) -> Any:
     if not changes:  # failed now or before: said once, not retried for the same key
         changes = {"time_calibration_error": _ENGINE_PARTS_FAILED[key]}
     return job.replace(hardware=dataclasses.replace(job.hardware, **changes))
+
+
+def _is_probe(figures: Any) -> bool:
+    """Whether a cache entry holds a whole probe (an older or a damaged one is measured again)."""
+    from distbench.compose.engine_probe import PROBE_FIELDS
+
+    return isinstance(figures, dict) and all(
+        isinstance(figures.get(field), dict) for field in PROBE_FIELDS
+    )
 
 
 def _engine_probe_subprocess(

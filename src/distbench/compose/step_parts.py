@@ -277,15 +277,16 @@ def attention_seconds(shape: AttentionShape, device: str, dtype: str) -> tuple[f
 
 
 def warm_up(device: str, seconds: float = WARM_UP_S) -> None:
-    """Keep a GPU busy with large GEMMs for `seconds` before anything is timed: an idle GPU
-    starts at low clocks, and a fresh H100 timed llama_1b's first GEMM shapes twice as slow
-    as the same shapes a minute later (benchmarks/gpu_runs/2026-11-26_h200_zero3). A CPU has
-    no such ramp."""
+    """Keep a GPU busy with large fp16 GEMMs (tensor cores on every CUDA GPU since Volta) for
+    `seconds` before anything is timed: an idle GPU starts at low clocks. A fresh H100 timed
+    llama_1b's GEMMs at 4 × 512 tokens at 0.056 s per micro-batch, and a minute later at
+    8 × 1024 (four times the work) at 0.085 s; after this warm-up another fresh H100 timed
+    0.029 s at 4 × 512 (benchmarks/gpu_runs/2026-11-26_zero3_probe). A CPU has no such ramp."""
     if device != "cuda":
         return
     import torch
 
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
         for _ in range(10):

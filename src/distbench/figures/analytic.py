@@ -790,9 +790,10 @@ def measured_compute_s(
     queues kernels while the device runs them: a micro-batch takes the longer of the two
     (Williams et al. 2009's roofline bound, with the launch path as one more ceiling). On a CPU
     both run on the rank's one core: they add up. `engine_host_s` (ZeRO-3's fetch / release
-    hooks, compose/engine_probe.py) is added on both: DeepSpeed's parameter coordinator
-    synchronises the host with the device on its fetch events, so the host cannot queue the
-    hooks' work ahead of the kernels."""
+    hooks, compose/engine_probe.py) is added on both: DeepSpeed's parameter coordinator waits
+    for the device once two fetch events are outstanding (partitioned_param_coordinator.py,
+    __max_ongoing_fetch_events), so the host runs at most two fetches ahead of the kernels,
+    not a whole micro-batch."""
     kernels_s = device_s / (tp * pp)
     launch_s = host_s / pp
     per_micro_batch = max(kernels_s, launch_s) if device == "cuda" else kernels_s + launch_s
@@ -802,8 +803,9 @@ def measured_compute_s(
 def engine_step_host_s(engine_step_s: float | None, optimizer_kernels_s: float) -> float:
     """What an engine's optimizer step takes beyond its kernels: the probe's measured step of
     the whole model on one rank (compose/engine_probe.py) less the memory-bound AdamW kernels
-    of the same parameters (optimizer_step_s). It is per-parameter bookkeeping, so it does not
-    shrink with the shard; 0 without a probe."""
+    of the same parameters (optimizer_step_s). Taken as per-parameter bookkeeping, which does
+    not shrink with the shard (an assumption: measured at world size 1 only; the step's other
+    kernels, such as the gradient norm, are inside it); 0 without a probe."""
     if engine_step_s is None:
         return 0.0
     return max(engine_step_s - optimizer_kernels_s, 0.0)

@@ -314,11 +314,8 @@ def figure_sources(
         "compute": (
             "the micro-batch's measured parts: GEMMs at the model's shapes, other kernels at the "
             "measured bandwidth, host time per kernel (hardware.time_source=measured)"
-            + (
-                "; ZeRO-3's hooks and step probed on one rank (compose/engine_probe.py)"
-                if hardware.micro_batch_engine_host_s is not None
-                else ""
-            )
+            + "; ZeRO-3 on a GPU adds its engine's host work, probed on one rank "
+            "(compose/engine_probe.py)"
             if measured_parts_s(hardware) is not None
             else efficiency_source(efficiency, hardware.peak_source)
         ),
