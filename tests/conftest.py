@@ -66,3 +66,19 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
         if any(text in part for part in proc.info["cmdline"] or []):
             found.append(proc)
     return found
+
+
+def measured_parts(gemm_s: float, other_s: float, host_s: float) -> dict:
+    """HardwareConfig fields of a micro-batch's measured parts (time_source=measured), as
+    compose/step_parts.py fills them: 2000 kernels, an H100-like floor and bandwidth."""
+    return dict(
+        time_source="measured",
+        micro_batch_gemm_s=gemm_s,
+        micro_batch_attention_s=0.01,
+        micro_batch_other_s=other_s,
+        micro_batch_host_s=host_s,
+        kernels_per_micro_batch=2000,
+        host_us_per_kernel=host_s / 2000 * 1e6,
+        kernel_floor_us=2.0,
+        measured_mem_bandwidth_gbps=3000.0,
+    )

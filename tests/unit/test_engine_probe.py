@@ -19,7 +19,7 @@ from distbench.compose.engine_probe import PROBE_FIELDS
 from distbench.compose.hardware import ENGINE_PARTS_FIELDS, apply_engine_parts
 from distbench.figures.analytic import engine_step_host_s, optimizer_step_s, predict
 from distbench.job import resolve_job
-from tests.conftest import CONF_DIR, compose_config
+from tests.conftest import CONF_DIR, compose_config, measured_parts
 
 pytestmark = pytest.mark.unit
 
@@ -31,17 +31,7 @@ def _job(overrides: list[str]):
 
 
 def _measured(job, **engine):
-    parts = dict(
-        time_source="measured",
-        micro_batch_gemm_s=0.03,
-        micro_batch_attention_s=0.01,
-        micro_batch_other_s=0.02,
-        micro_batch_host_s=0.05,
-        kernels_per_micro_batch=2000,
-        host_us_per_kernel=25.0,
-        kernel_floor_us=2.0,
-        measured_mem_bandwidth_gbps=3000.0,
-    )
+    parts = measured_parts(gemm_s=0.03, other_s=0.02, host_s=0.05)
     return job.replace(hardware=dataclasses.replace(job.hardware, **parts, **engine))
 
 

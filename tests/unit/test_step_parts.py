@@ -17,7 +17,7 @@ from distbench.compose.hardware import STEP_PARTS_FIELDS, apply_measured_step_pa
 from distbench.figures.analytic import measured_compute_s, param_split, predict
 from distbench.figures.metrics import train_flops_per_token
 from distbench.job import resolve_job
-from tests.conftest import CONF_DIR, compose_config
+from tests.conftest import CONF_DIR, compose_config, measured_parts
 
 pytestmark = pytest.mark.unit
 
@@ -71,25 +71,13 @@ def test_a_micro_batch_takes_the_longer_of_host_and_device_on_a_gpu_and_both_on_
     assert measured_compute_s("cuda", 0.08, 0.05, 1, 2, 1) == pytest.approx(0.04)
 
 
-def _parts(gemm_s: float, other_s: float, host_s: float) -> dict:
-    return dict(
-        time_source="measured",
-        micro_batch_gemm_s=gemm_s,
-        micro_batch_attention_s=0.01,
-        micro_batch_other_s=other_s,
-        micro_batch_host_s=host_s,
-        kernels_per_micro_batch=2000,
-        host_us_per_kernel=host_s / 2000 * 1e6,
-        kernel_floor_us=2.0,
-        measured_mem_bandwidth_gbps=3000.0,
-    )
-
-
-def test_predict_takes_its_compute_from_the_measured_parts():
+def test_predict_takes_its_compute_from_the_measuredmeasured_parts():
     llama = ["hardware=h100_sxm", "model=llama_1b", "batch=medium", "workload.dtype=bf16"]
     job = resolve_job(compose_config([*llama, "strategy=dp", "world_size=1"]), CONF_DIR)
     by_efficiency = predict(job)
-    host_bound = job.replace(hardware=dataclasses.replace(job.hardware, **_parts(0.02, 0.03, 0.09)))
+    host_bound = job.replace(
+        hardware=dataclasses.replace(job.hardware, **measured_parts(0.02, 0.03, 0.09))
+    )
     p = predict(host_bound)
     m = job.batch.grad_accum_steps
     assert p.time_s["compute"] == pytest.approx(m * 0.09)

@@ -45,7 +45,7 @@ from distbench.compose import step_parts
 
 ENGINE_TIMED_ITERS = 20
 ENGINE_WARMUP_ITERS = 2  # the first step allocates the optimizer's states
-CUTS = (1, 2)  # the depths probed
+CUTS = ("1", "2")  # the depths probed (str: the cache's JSON keys), as step_parts.extrapolate
 CACHE_FILE = "engine_parts.json"
 CACHE_VERSION = 2
 # What a probe records: per cut (a str of its depth), the medians in seconds
@@ -114,36 +114,21 @@ def cut_seconds(cut: Any) -> dict[str, float]:
     import torch
 
     from distbench.engines import deepspeed as ds_engine
-    from distbench.ranks.models import build_meta_model, materialise
+    from distbench.ranks.models import build_meta_model
 
     device = cut.device
-    wrapped = ds_engine.initialize(build_meta_model(cut.model, cut.weights_dtype), cut)
-    engine = wrapped.engine
-    bare = materialise(build_meta_model(cut.model, cut.dtype), device, seed=0)
+    engine = ds_engine.initialize(build_meta_model(cut.model, cut.weights_dtype), cut).engine
     ids = torch.zeros(*step_parts.HOST_PROBE_TOKENS, dtype=torch.long, device=device)
-
-    def timed(fn: Any) -> float:
-        step_parts._sync(device)
-        started = time.perf_counter()
-        fn()
-        step_parts._sync(device)
-        return time.perf_counter() - started
-
-    def bare_forward_backward() -> None:
-        bare(input_ids=ids, labels=ids).loss.backward()
-        bare.zero_grad(set_to_none=True)
-
+    calls = {
+        "forward_backward_s": lambda: engine.backward(engine(input_ids=ids, labels=ids).loss),
+        "step_s": engine.step,
+        "bare_forward_backward_s": step_parts.bare_forward_backward(cut.model, device, cut.dtype),
+    }
     times: dict[str, list[float]] = {field: [] for field in PROBE_FIELDS}
     for i in range(ENGINE_WARMUP_ITERS + ENGINE_TIMED_ITERS):
-        figures = {
-            "forward_backward_s": timed(
-                lambda: engine.backward(engine(input_ids=ids, labels=ids).loss)
-            ),
-            "step_s": timed(engine.step),
-            "bare_forward_backward_s": timed(bare_forward_backward),
-        }
-        if i >= ENGINE_WARMUP_ITERS:
-            for field, seconds in figures.items():
+        for field, call in calls.items():
+            seconds = step_parts.timed_s(call, device)
+            if i >= ENGINE_WARMUP_ITERS:
                 times[field].append(seconds)
     engine.destroy()
     return {field: statistics.median(values) for field, values in times.items()}
@@ -170,7 +155,7 @@ def measure(job: Any, threads: int = 1) -> dict[str, Any]:
     step_parts.warm_up(device)
     per_cut = {}
     for n in CUTS:
-        per_cut[str(n)] = cut_seconds(probe_job(job, n))
+        per_cut[n] = cut_seconds(probe_job(job, int(n)))
         free_memory(device)
     dist.destroy_process_group()
     return {
@@ -184,13 +169,11 @@ def engine_parts(probe: dict[str, Any], num_layers: int) -> dict[str, float]:
     """A probe's figures at the model's depth (hardware.ENGINE_PARTS_FIELDS): the engine's
     forward + backward beyond the bare model's, and its step, extrapolated linearly from the
     cuts (step_parts.extrapolate), never below 0."""
-    extra = {n: probe["forward_backward_s"][n] - probe["bare_forward_backward_s"][n] for n in "12"}
-    step = probe["step_s"]
+    extra = [probe["forward_backward_s"][n] - probe["bare_forward_backward_s"][n] for n in CUTS]
+    step = [probe["step_s"][n] for n in CUTS]
     return {
-        "micro_batch_engine_host_s": max(
-            step_parts.extrapolate(extra["1"], extra["2"], num_layers), 0.0
-        ),
-        "engine_step_s": max(step_parts.extrapolate(step["1"], step["2"], num_layers), 0.0),
+        "micro_batch_engine_host_s": max(step_parts.extrapolate(*extra, num_layers), 0.0),
+        "engine_step_s": max(step_parts.extrapolate(*step, num_layers), 0.0),
     }
 
 

@@ -127,7 +127,7 @@ def apply_measured_peaks(hw: dict, dtypes: Iterable[str] | None = None) -> dict:
             hw[f"catalog_peak_tflops_{dtype}"] = hw.get(f"peak_tflops_{dtype}")  # to compare
             hw[f"peak_tflops_{dtype}"] = measured
         hw["peak_source"] = "measured"
-    except (subprocess.SubprocessError, OSError, ValueError, KeyError) as exc:
+    except PROBE_ERRORS as exc:
         hw["peak_source"] = "catalog"
         hw["peak_calibration_error"] = f"{type(exc).__name__}: {exc}"[:500]
         print(
@@ -216,12 +216,22 @@ def measured_peak_tflops(
     ]
     cmd += ["--threads", str(threads), "--device-name", device_name]
     env = dict(os.environ, OMP_NUM_THREADS=str(max(threads, 1)))
+    return float(_last_json_line(cmd, env, timeout_s)["tflops"])
+
+
+def _last_json_line(cmd: list[str], env: dict | None, timeout_s: float) -> dict:
+    """Run a `python -m distbench.compose.<probe>` command; its last stdout line, one JSON
+    document. A non-zero exit raises SubprocessError naming the probe and its last stderr line."""
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise subprocess.SubprocessError(f"calibrate exited {proc.returncode}: {last}")
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["tflops"])
+        probe = cmd[2].rsplit(".", 1)[-1]
+        raise subprocess.SubprocessError(f"{probe} exited {proc.returncode}: {last}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
+
+# What a probe subprocess or its cache can raise: the job then goes on without its figures.
+PROBE_ERRORS = (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError, TypeError)
 
 # What `hardware.time_source=measured` fills from compose/step_parts.py's figures.
 STEP_PARTS_FIELDS = (
@@ -252,11 +262,7 @@ def _step_parts_subprocess(
     cmd += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
     cmd += ["--device-name", device_name, "--threads", str(threads)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if device == "cpu" else None
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise subprocess.SubprocessError(f"step_parts exited {proc.returncode}: {last}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _last_json_line(cmd, env, timeout_s)
 
 
 # cache key -> why its measurement failed: a plan --search resolves hundreds of layouts with
@@ -295,7 +301,7 @@ def apply_measured_step_parts(
             )
         hw.update({field: figures[field] for field in STEP_PARTS_FIELDS})
         hw["time_source"] = "measured"
-    except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError) as exc:
+    except PROBE_ERRORS as exc:
         hw["time_source"] = "efficiency"
         hw["time_calibration_error"] = f"{type(exc).__name__}: {exc}"[:500]
         if key not in _STEP_PARTS_FAILED:
@@ -340,14 +346,7 @@ def apply_engine_parts(job: Any, timeout_s: float = 600.0) -> Any:
                 figures = _engine_probe_subprocess(job, device, device_name, threads, timeout_s)
         if figures is not None:
             changes = engine_probe.engine_parts(figures, job.model.num_layers)
-    except (
-        subprocess.SubprocessError,
-        OSError,
-        ValueError,
-        KeyError,
-        IndexError,
-        TypeError,
-    ) as exc:
+    except PROBE_ERRORS as exc:
         _ENGINE_PARTS_FAILED[key] = f"engine probe: {type(exc).__name__}: {exc}"[:500]
         print(
             f"distbench: the engine probe failed, ZeRO-3's host work is not predicted: {exc}",
@@ -380,11 +379,7 @@ def _engine_probe_subprocess(
         env = dict(os.environ, DS_ACCELERATOR=device)
         if device == "cpu":
             env["OMP_NUM_THREADS"] = str(threads)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise subprocess.SubprocessError(f"engine_probe exited {proc.returncode}: {last}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return _last_json_line(cmd, env, timeout_s)
 
 
 def num_cpu_cores() -> int:

@@ -211,17 +211,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def timed_s(fn: Any, device: str) -> float:
+    """Seconds of one call, bracketed by a device sync (the device's queued work is inside)."""
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
 def _timings_s(fn: Any, device: str, iters: int = GEMM_TIMED_ITERS) -> list[float]:
     """Seconds of `iters` calls after one warm-up, each bracketed by a device sync."""
     fn()
-    times = []
-    for _ in range(iters):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return times
+    return [timed_s(fn, device) for _ in range(iters)]
 
 
 def _best_s(fn: Any, device: str) -> float:
@@ -328,23 +330,30 @@ def kernel_floor_s(device: str) -> float:
     return best
 
 
-def host_seconds(model_cfg: ModelConfig, device: str, dtype: str, num_layers: int = 2) -> float:
-    """Wall seconds of forward + backward of the model cut to `num_layers` at HOST_PROBE_TOKENS
-    on the device, built as the runs build it (ranks/models.py); the median of 5 after a
-    warm-up."""
+def bare_forward_backward(model_cfg: ModelConfig, device: str, dtype: str) -> Any:
+    """A call that runs forward + backward of the bare model (no engine) at HOST_PROBE_TOKENS
+    on the device, built as the runs build it (ranks/models.py)."""
     import torch
 
     from distbench.ranks.models import build_meta_model, materialise
 
-    model = build_meta_model(dataclasses.replace(model_cfg, num_layers=num_layers), dtype)
-    model = materialise(model, device, seed=0)
+    model = materialise(build_meta_model(model_cfg, dtype), device, seed=0)
     ids = torch.zeros(*HOST_PROBE_TOKENS, dtype=torch.long, device=device)
 
     def step() -> None:
         model(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
 
-    return statistics.median(_timings_s(step, device, iters=5))
+    return step
+
+
+def host_seconds(model_cfg: ModelConfig, device: str, dtype: str) -> float:
+    """Wall seconds of the 2-layer model's bare_forward_backward; the median of 5 after a
+    warm-up."""
+    two_layers = dataclasses.replace(model_cfg, num_layers=2)
+    return statistics.median(
+        _timings_s(bare_forward_backward(two_layers, device, dtype), device, iters=5)
+    )
 
 
 def device_seconds(

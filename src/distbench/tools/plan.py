@@ -313,9 +313,8 @@ def figure_sources(
     return {
         "compute": (
             "the micro-batch's measured parts: GEMMs at the model's shapes, other kernels at the "
-            "measured bandwidth, host time per kernel (hardware.time_source=measured)"
-            + "; ZeRO-3 on a GPU adds its engine's host work, probed on one rank "
-            "(compose/engine_probe.py)"
+            "measured bandwidth, host time per kernel (hardware.time_source=measured); ZeRO-3 "
+            "on a GPU adds its engine's host work, probed on one rank (compose/engine_probe.py)"
             if measured_parts_s(hardware) is not None
             else efficiency_source(efficiency, hardware.peak_source)
         ),
