@@ -27,10 +27,12 @@ store, then every job with `hardware.link_source=measured`: the predictions' lin
 are that run's α-β fit instead of the constants (figures/links.py); `time_err_pct_catalog_links`
 is the same job predicted on the catalog links, side by side.
 
-`--measured-time` runs every job with `hardware.time_source=measured`: the compute term is the
-micro-batch's measured parts (compose/step_parts.py: GEMMs timed at the model's shapes, other
-kernels at the measured bandwidth, host time per kernel) instead of peak × efficiency;
-`time_err_pct_efficiency` is the same job predicted by the efficiency model, side by side.
+The jobs run with the product's `hardware.time_source` (auto: on this machine, the compute term
+is the micro-batch's measured parts, compose/step_parts.py: GEMMs timed at the model's shapes,
+other kernels at the measured bandwidth, host time per kernel); `--time-source efficiency`
+predicts peak × efficiency instead (`--measured-time` = `--time-source measured`). A job with
+measured parts also gets `time_err_pct_efficiency`: the same job predicted by the efficiency
+model, side by side.
 
 `--keep` keeps the work folder (its path is printed) so `--repredict` can re-predict the same
 measurements after a change to the model. Figures go to benchmarks/results/plan_vs_measured.{csv,
@@ -55,6 +57,7 @@ from typing import Any
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "src"))
 
+from distbench.compose.schema import TIME_SOURCES  # noqa: E402
 from distbench.figures.analytic import pred_vs_measured  # noqa: E402
 from distbench.figures.pred_error import PRED_ERROR_TARGET_PCT  # noqa: E402
 from distbench.job import Job  # noqa: E402
@@ -198,9 +201,16 @@ def parse_args() -> argparse.Namespace:
         help="run workload=collectives first; predict with its α-β fit (hardware.link_source)",
     )
     parser.add_argument(
+        "--time-source",
+        choices=TIME_SOURCES,
+        help="hardware.time_source of every job (default: the product's, auto)",
+    )
+    parser.add_argument(
         "--measured-time",
-        action="store_true",
-        help="predict compute from the micro-batch's measured parts (hardware.time_source)",
+        dest="time_source",
+        action="store_const",
+        const="measured",
+        help="the same as --time-source measured",
     )
     parser.add_argument("--out-dir", type=Path, default=PROJECT_DIR / "benchmarks" / "results")
     return parser.parse_args()
@@ -222,8 +232,8 @@ def main() -> None:
             links = ["workload=collectives", f"world_size={args.world_size}"]
             run_job(f"collectives-ws{args.world_size}", links, work, [], env)
             jobs = [(name, [*o, "hardware.link_source=measured"]) for name, o in jobs]
-        if args.measured_time:
-            jobs = [(name, [*o, "hardware.time_source=measured"]) for name, o in jobs]
+        if args.time_source:
+            jobs = [(name, [*o, f"hardware.time_source={args.time_source}"]) for name, o in jobs]
         job_dirs = [run_job(name, overrides, work, steps, env) for name, overrides in jobs]
     rows = [compare(d) for d in job_dirs]
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -148,6 +148,10 @@ def _plan(args: argparse.Namespace) -> int:
         if value is not None and (not math.isfinite(value) or not ok(value)):
             print(f"distbench: plan: {option} {value}: must be {allowed}", file=sys.stderr)
             return 2
+    if args.efficiency is not None and not any(
+        o.lstrip("+").startswith("hardware.time_source=") for o in args.overrides
+    ):  # an efficiency asked for is the efficiency model, not measured parts (time_source=auto)
+        args.overrides = [*args.overrides, "hardware.time_source=efficiency"]
     if args.search:
         from distbench.tools.plan import print_search, search_json, search_layouts
 
@@ -503,7 +507,11 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("overrides", nargs="*", help="Hydra overrides as for run.py")
     plan.add_argument("--strategies", help="comma-separated, default: every conf/strategy option")
     plan.add_argument("--json", action="store_true", help="print one JSON list instead")
-    plan.add_argument("--efficiency", type=float, help="assumed MFU (default GPU 0.4, CPU 0.6)")
+    plan.add_argument(
+        "--efficiency",
+        type=float,
+        help="assumed MFU (default GPU 0.4, CPU 0.6); sets hardware.time_source=efficiency",
+    )
     plan.add_argument("--bandwidth-gbps", type=float, help="GB/s, default hardware's")
     plan.add_argument("--latency-us", type=float, help="µs per collective (default 10 / 100)")
     plan.add_argument("--recompute", action="store_true", help="full activation recomputation")

@@ -28,8 +28,10 @@ from distbench.compose.hardware import (
     apply_engine_parts,
     apply_measured_links,
     apply_measured_step_parts,
+    gpu_names,
     ranks_sharing_machine,
     resolve_hardware,
+    resolve_time_source,
 )
 from distbench.compose.schema import (
     BatchConfig,
@@ -349,7 +351,8 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
 
         uri = resolve_tracking_uri(tracking, Path.cwd())
         apply_measured_links(hardware_tree, uri, tracking.experiment_name)
-    if hardware_tree.get("time_source") == "measured" and workload.name == "train":
+    hardware_tree["time_source"] = resolve_time_source(hardware_tree, workload.name, gpu_names())
+    if hardware_tree["time_source"] == "measured" and workload.name == "train":
         sharing = ranks_sharing_machine(topology.rank_launcher, ws, topology.ranks_per_node)
         shape = (batch.micro_batch_size, batch.seq_len)
         apply_measured_step_parts(hardware_tree, model, workload.dtype, *shape, sharing)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from distbench.compose import engine_probe, hardware, step_parts
+from distbench.compose import engine_probe, hardware
 from distbench.compose.engine_probe import PROBE_FIELDS
 from distbench.compose.hardware import ENGINE_PARTS_FIELDS, apply_engine_parts
 from distbench.figures.analytic import engine_step_host_s, optimizer_step_s, predict
@@ -35,12 +35,14 @@ def _measured(job, **engine):
     return job.replace(hardware=dataclasses.replace(job.hardware, **parts, **engine))
 
 
-def test_the_probe_is_one_rank_of_the_same_engine_cut_to_a_tiny_batch():
+def test_the_probe_is_one_rank_of_the_same_engine_on_one_micro_batch():
     bucket = "+zero_optimization.stage3_prefetch_bucket_size=7"
     job = _job([*TINY_ZERO3, "batch=medium", "hardware=h100_sxm", bucket])
     cut = engine_probe.probe_job(job, 2)
     assert (cut.layout.world_size, cut.layout.dp, cut.layout.zero_stage) == (1, 1, 3)
-    assert (cut.batch.micro_batch_size, cut.batch.seq_len) == step_parts.HOST_PROBE_TOKENS
+    # the job's own micro-batch: what the kernels hide of the hooks depends on their size
+    shape = (cut.batch.micro_batch_size, cut.batch.seq_len)
+    assert shape == (job.batch.micro_batch_size, job.batch.seq_len)
     assert cut.batch.grad_accum_steps == 1 and cut.model.num_layers == 2
     assert cut.zero_optimization == job.zero_optimization  # the run's own buckets
     assert cut.model.hidden_size == job.model.hidden_size and cut.dtype == job.dtype
@@ -95,9 +97,11 @@ def test_zero3s_hooks_are_measured_on_its_real_engine_once_then_read_from_the_ca
         read = engine_probe.cached_or_measured(_job([*TINY_ZERO3, *again]), "test-cpu")
         assert read["cached"] is True
         assert {f: read[f] for f in PROBE_FIELDS} == {f: first[f] for f in PROBE_FIELDS}
-    # another prefetch bucket or optimizer is another engine: its own entry
+    # another prefetch bucket, optimizer or micro-batch shape: its own entry
     bucket = _job([*TINY_ZERO3, "+zero_optimization.stage3_prefetch_bucket_size=7"])
     assert engine_probe.cache_key(bucket, "test-cpu") != engine_probe.cache_key(job, "test-cpu")
+    longer = _job([*TINY_ZERO3, "batch.seq_len=64"])
+    assert engine_probe.cache_key(longer, "test-cpu") != engine_probe.cache_key(job, "test-cpu")
     foreach = job.replace(workload=dataclasses.replace(job.workload, optimizer_impl="foreach"))
     assert engine_probe.cache_key(foreach, "test-cpu") != engine_probe.cache_key(job, "test-cpu")
 

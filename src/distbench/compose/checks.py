@@ -19,6 +19,7 @@ from distbench.compose.schema import (
     FAULT_KINDS,
     MODEL_FAMILIES,
     RANK_LAUNCHERS,
+    TIME_SOURCES,
     TRACKING_BACKENDS,
     ConfigError,
 )
@@ -61,7 +62,7 @@ def common(cfg: DictConfig) -> None:
     one_of("tracking.backend", cfg.tracking.backend, TRACKING_BACKENDS)
     one_of("hardware.peak_source", cfg.hardware.peak_source, ("catalog", "measured"))
     one_of("hardware.link_source", cfg.hardware.link_source, ("catalog", "measured"))
-    one_of("hardware.time_source", cfg.hardware.time_source, ("efficiency", "measured"))
+    one_of("hardware.time_source", cfg.hardware.time_source, TIME_SOURCES)
     positive("world_size", cfg.world_size)
     positive("workload.num_steps", cfg.workload.num_steps)
     if cfg.workload.num_warmup_steps < 0:

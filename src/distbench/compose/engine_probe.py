@@ -8,12 +8,16 @@ figures (engine_parts) to the predicted step.
 
 The probe builds the job's own engine (engines/deepspeed.initialize: its zero_optimization
 block, dtype and precision recipe; offload off, its traffic is the offload term) on one rank of
-this machine's device, for the model cut to 1 and 2 layers, at 1 × 16 tokens (too small to keep
-a device busy: what it times is the host), and times, median of ENGINE_TIMED_ITERS after
-ENGINE_WARMUP_ITERS:
+this machine's device, for the model cut to 1 and 2 layers, on one micro-batch of the job's own
+shape, and times, median of ENGINE_TIMED_ITERS after ENGINE_WARMUP_ITERS:
 - forward + `engine.backward`, against the bare model's forward + backward at the same cut and
-  tokens, the two alternating: the difference is the engine's host time per micro-batch;
+  tokens, the two alternating: the difference is what the engine adds to a micro-batch, mostly
+  its hooks' host time, less what of it the device's kernels hide;
 - `engine.step()`: the engine's optimizer step, kernels and host together.
+The job's own shape, not a token-sized one, because how much of the hooks' time the kernels
+hide differs by machine: on 2026-11-26 one H200 spent the 1 × 16-token probe's whole figure on
+top of llama_1b's kernels at 8 × 1024 tokens, two H100s hid part of it under the kernels
+(benchmarks/gpu_runs/2026-11-26_zero3_probe, whose figures came from the 1 × 16 probe).
 Both are extrapolated linearly to the model's depth (a layer adds the same hooks). On one rank
 DeepSpeed gathers nothing (one partition), so the probe times the hooks' bookkeeping, not the
 all-gathers: those are the α-β communication term.
@@ -23,7 +27,7 @@ The 2026-11-25 H100 profile found why ZeRO-3 needs this: llama_1b's kernels kept
 
 Cached in engine_parts.json beside step_parts.json (the cuts' figures, extrapolated to a model's
 depth when read), keyed by host, device, dtype, precision, optimizer implementation, model shape
-but its depth, zero_optimization block and (CPU) the rank's threads.
+but its depth, micro-batch shape, zero_optimization block and (CPU) the rank's threads.
 
     python -m distbench.compose.engine_probe --job-yaml RUN_DIR/resolved.yaml
 """
@@ -47,7 +51,7 @@ ENGINE_TIMED_ITERS = 20
 ENGINE_WARMUP_ITERS = 2  # the first step allocates the optimizer's states
 CUTS = ("1", "2")  # the depths probed (str: the cache's JSON keys), as step_parts.extrapolate
 CACHE_FILE = "engine_parts.json"
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: the job's micro-batch shape (2: 1 x 16 tokens)
 # What a probe records: per cut (a str of its depth), the medians in seconds
 PROBE_FIELDS = ("forward_backward_s", "bare_forward_backward_s", "step_s")
 
@@ -73,17 +77,14 @@ def applies(job: Any) -> bool:
 
 
 def probe_job(job: Any, num_layers: int) -> Any:
-    """The job cut to one rank (no tp), `num_layers` layers and one micro-batch of
-    HOST_PROBE_TOKENS, random weights, offload off."""
+    """The job cut to one rank (no tp), `num_layers` layers and one micro-batch of its own
+    shape, random weights, offload off."""
     from distbench.job import Layout
 
-    micro_batch_size, seq_len = step_parts.HOST_PROBE_TOKENS
     return job.replace(
         layout=Layout(world_size=1, dp=1, zero_stage=job.layout.zero_stage),
         model=dataclasses.replace(job.model, num_layers=num_layers, pretrained_path=None),
-        batch=dataclasses.replace(
-            job.batch, micro_batch_size=micro_batch_size, seq_len=seq_len, grad_accum_steps=1
-        ),
+        batch=dataclasses.replace(job.batch, grad_accum_steps=1),
         strategy=dataclasses.replace(
             job.strategy, offload_optimizer="none", offload_param="none", tp=1
         ),
@@ -118,11 +119,13 @@ def cut_seconds(cut: Any) -> dict[str, float]:
 
     device = cut.device
     engine = ds_engine.initialize(build_meta_model(cut.model, cut.weights_dtype), cut).engine
-    ids = torch.zeros(*step_parts.HOST_PROBE_TOKENS, dtype=torch.long, device=device)
+    tokens = (cut.batch.micro_batch_size, cut.batch.seq_len)
+    ids = torch.zeros(*tokens, dtype=torch.long, device=device)
+    bare = step_parts.bare_forward_backward(cut.model, device, cut.dtype, tokens)
     calls = {
         "forward_backward_s": lambda: engine.backward(engine(input_ids=ids, labels=ids).loss),
         "step_s": engine.step,
-        "bare_forward_backward_s": step_parts.bare_forward_backward(cut.model, device, cut.dtype),
+        "bare_forward_backward_s": bare,
     }
     times: dict[str, list[float]] = {field: [] for field in PROBE_FIELDS}
     for i in range(ENGINE_WARMUP_ITERS + ENGINE_TIMED_ITERS):
@@ -179,12 +182,14 @@ def engine_parts(probe: dict[str, Any], num_layers: int) -> dict[str, float]:
 
 def cache_key(job: Any, device_name: str, threads: int = 1) -> str:
     """What the probe's figures depend on: the model's shape but its depth (the cuts are fixed),
-    the zero_optimization block, the precision recipe and the optimizer's implementation."""
+    the micro-batch's shape, the zero_optimization block, the precision recipe and the
+    optimizer's implementation."""
     shape = dataclasses.asdict(job.model)
     for unused in ("pretrained_path", "name", "num_layers"):
         shape.pop(unused, None)
     parts = {
         "model": shape,
+        "tokens": [job.batch.micro_batch_size, job.batch.seq_len],
         "zero_optimization": job.zero_optimization or {},
         "precision": job.precision,
         "optimizer_impl": job.optimizer_impl,

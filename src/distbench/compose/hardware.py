@@ -12,6 +12,7 @@ imports torch: GPUs are found with pynvml when installed, else `nvidia-smi`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -49,6 +50,7 @@ def cpu_peak_tflops_per_core(cpuinfo: str) -> dict[str, float]:
     return {"fp32": fp32, "bf16": bf16, "fp16": fp32}
 
 
+@functools.cache  # static fields, asked once per job: a plan --search resolves hundreds
 def nvidia_smi_query(fields: str) -> str:
     """nvidia-smi's CSV answer for `fields` ("" without nvidia-smi or a driver)."""
     if not shutil.which("nvidia-smi"):
@@ -263,6 +265,29 @@ def _step_parts_subprocess(
     cmd += ["--device-name", device_name, "--threads", str(threads)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if device == "cpu" else None
     return _last_json_line(cmd, env, timeout_s)
+
+
+def is_this_machine(hw: dict, local_gpu_names: list[str]) -> bool:
+    """Whether a resolved hardware dict describes this machine's device: a CPU entry always (its
+    peak is read from this machine's /proc/cpuinfo), a GPU entry when this machine's first
+    visible GPU is that catalog entry (or that name, for a GPU outside the catalog)."""
+    if hw["device"] != "cuda":
+        return True
+    if not local_gpu_names:
+        return False
+    local = local_gpu_names[0]
+    return hw["name"] in (local, catalog_option_for(local))
+
+
+def resolve_time_source(hw: dict, workload_name: str, local_gpu_names: list[str]) -> str:
+    """What `hardware.time_source=auto` means for this job: `measured` for a training job whose
+    hardware is this machine's device (its parts can be timed here), else `efficiency` (a plan
+    for an H100 cluster made on a laptop). `efficiency` and `measured` stand as given."""
+    source = hw.get("time_source") or "auto"
+    if source != "auto":
+        return source
+    local = workload_name == "train" and is_this_machine(hw, local_gpu_names)
+    return "measured" if local else "efficiency"
 
 
 # cache key -> why its measurement failed: a plan --search resolves hundreds of layouts with

@@ -23,6 +23,8 @@ PP_SCHEDULES = ("gpipe", "1f1b")
 DTYPES = ("fp32", "bf16", "fp16")
 MODEL_FAMILIES = ("llama", "gpt2")
 TRACKING_BACKENDS = ("sqlite", "server", "none")
+# hardware.time_source: how the compute term of a prediction is priced (HardwareConfig)
+TIME_SOURCES = ("auto", "efficiency", "measured")
 OFFLOAD_DEVICES = ("none", "cpu")
 ZERO_STAGES = (0, 1, 2, 3)
 # Who starts the ranks: auto = srun inside a SLURM allocation, else torchrun on this node;
@@ -136,9 +138,11 @@ class HardwareConfig:
     # efficiency: compute = model FLOPs / (peak x an efficiency constant); measured: a
     # micro-batch's GEMMs and fused attention timed at the model's shapes, its other kernels at
     # the measured memory bandwidth and its host time per kernel (compose/step_parts.py), filled
-    # in at compose time
-    # into the fields below. Prediction inputs only: not part of the run's signature.
-    time_source: str = "efficiency"
+    # in at compose time into the fields below; auto (the default): measured for a training job
+    # whose hardware is this machine's device, else efficiency (compose/hardware.py,
+    # resolve_time_source). $DISTBENCH_TIME_SOURCE sets the default. Prediction inputs only:
+    # not part of the run's signature.
+    time_source: str = "${oc.env:DISTBENCH_TIME_SOURCE,auto}"
     micro_batch_gemm_s: float | None = None
     micro_batch_attention_s: float | None = None
     micro_batch_other_s: float | None = None

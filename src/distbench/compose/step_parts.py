@@ -330,15 +330,17 @@ def kernel_floor_s(device: str) -> float:
     return best
 
 
-def bare_forward_backward(model_cfg: ModelConfig, device: str, dtype: str) -> Any:
-    """A call that runs forward + backward of the bare model (no engine) at HOST_PROBE_TOKENS
-    on the device, built as the runs build it (ranks/models.py)."""
+def bare_forward_backward(
+    model_cfg: ModelConfig, device: str, dtype: str, tokens: tuple[int, int] = HOST_PROBE_TOKENS
+) -> Any:
+    """A call that runs forward + backward of the bare model (no engine) on `tokens` (micro-batch
+    size, seq_len) on the device, built as the runs build it (ranks/models.py)."""
     import torch
 
     from distbench.ranks.models import build_meta_model, materialise
 
     model = materialise(build_meta_model(model_cfg, dtype), device, seed=0)
-    ids = torch.zeros(*HOST_PROBE_TOKENS, dtype=torch.long, device=device)
+    ids = torch.zeros(*tokens, dtype=torch.long, device=device)
 
     def step() -> None:
         model(input_ids=ids, labels=ids).loss.backward()
