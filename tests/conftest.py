@@ -20,10 +20,10 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_DIR / "conf"
 os.environ.setdefault("DISTBENCH_HOME", str(PROJECT_DIR))  # as run.py: experiments/ on the path
 # The product's default, hardware.time_source=auto, times each new model shape on this machine
-# (~20 s here) and makes predictions depend on this host's speed: the suite predicts with the
-# efficiency model unless a test asks for measured parts (tests/unit/test_time_source.py runs
-# the default itself).
-os.environ.setdefault("DISTBENCH_TIME_SOURCE", "efficiency")
+# (~10-20 s here) and makes predictions depend on this host's speed: the suite predicts with
+# the efficiency model unless a test asks for measured parts (tests/unit/test_time_source.py
+# runs the default itself).
+os.environ["DISTBENCH_TIME_SOURCE"] = "efficiency"
 register_configs()
 
 

@@ -148,10 +148,6 @@ def _plan(args: argparse.Namespace) -> int:
         if value is not None and (not math.isfinite(value) or not ok(value)):
             print(f"distbench: plan: {option} {value}: must be {allowed}", file=sys.stderr)
             return 2
-    if args.efficiency is not None and not any(
-        o.lstrip("+").startswith("hardware.time_source=") for o in args.overrides
-    ):  # an efficiency asked for is the efficiency model, not measured parts (time_source=auto)
-        args.overrides = [*args.overrides, "hardware.time_source=efficiency"]
     if args.search:
         from distbench.tools.plan import print_search, search_json, search_layouts
 
@@ -222,7 +218,7 @@ def _resolve(args: argparse.Namespace) -> int:
         return 2
     with open_dict(cfg):
         cfg.pop("hydra", None)
-    job, refusal = resolve(cfg, home / "conf")
+    job, refusal = resolve(cfg, home / "conf", measure=False)  # shows the cached parts only
     if job is None:
         print(f"distbench: resolve: invalid config: {refusal}", file=sys.stderr)
         return 2

@@ -28,7 +28,6 @@ from distbench.compose.hardware import (
     apply_engine_parts,
     apply_measured_links,
     apply_measured_step_parts,
-    gpu_names,
     ranks_sharing_machine,
     resolve_hardware,
     resolve_time_source,
@@ -313,8 +312,10 @@ ROOT_KEYS = {
 }
 
 
-def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
-    """The composed config → the Job that runs, or ConfigError (one line, numbers in it)."""
+def resolve_job(cfg: DictConfig, conf_dir: Path, measure: bool = True) -> Job:
+    """The composed config → the Job that runs, or ConfigError (one line, numbers in it).
+    `measure=False` starts no probe of this machine (hardware.time_source=measured reads what
+    is cached): for commands that only show or record a job."""
     from distbench import engines, workloads
 
     spec = workloads.get(cfg.workload.name)
@@ -351,11 +352,13 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
 
         uri = resolve_tracking_uri(tracking, Path.cwd())
         apply_measured_links(hardware_tree, uri, tracking.experiment_name)
-    hardware_tree["time_source"] = resolve_time_source(hardware_tree, workload.name, gpu_names())
+    hardware_tree["time_source"] = resolve_time_source(hardware_tree, workload.name)
     if hardware_tree["time_source"] == "measured" and workload.name == "train":
         sharing = ranks_sharing_machine(topology.rank_launcher, ws, topology.ranks_per_node)
         shape = (batch.micro_batch_size, batch.seq_len)
-        apply_measured_step_parts(hardware_tree, model, workload.dtype, *shape, sharing)
+        apply_measured_step_parts(
+            hardware_tree, model, workload.dtype, *shape, sharing, probe=measure
+        )
     job = Job(
         workload=workload,
         workload_module=spec.module,
@@ -379,7 +382,7 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
     if job.builds_model:
         engines.get(job.engine).check(job)
     spec.check(job)
-    return apply_engine_parts(job)  # ZeRO-3's host work, under time_source=measured
+    return apply_engine_parts(job, probe=measure)  # ZeRO-3's host work, time_source=measured
 
 
 def _extra_keys(cfg: DictConfig, options_key: str | None) -> dict[str, Any]:

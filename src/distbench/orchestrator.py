@@ -363,10 +363,11 @@ def scheduler_ended(slurm_job_id: str | None) -> tuple[str, str] | None:
     return scheduler_failure(state, slurm_reason)
 
 
-def resolve(cfg: DictConfig, conf_dir: Path) -> tuple[Job | None, str | None]:
-    """(the Job, None), or (None, why the config cannot run)."""
+def resolve(cfg: DictConfig, conf_dir: Path, measure: bool = True) -> tuple[Job | None, str | None]:
+    """(the Job, None), or (None, why the config cannot run). `measure=False`: no probe of
+    this machine starts (job.resolve_job), for a job only checked, shown or recorded."""
     try:
-        return resolve_job(cfg, conf_dir), None
+        return resolve_job(cfg, conf_dir, measure), None
     except ConfigError as exc:
         return None, str(exc)
     except OmegaConfBaseException as exc:  # a schema node chosen, an unresolvable ${...}
@@ -376,7 +377,7 @@ def resolve(cfg: DictConfig, conf_dir: Path) -> tuple[Job | None, str | None]:
 def precheck(cfg: DictConfig, conf_dir: Path) -> str | None:
     """Why a single run cannot start, before anything is launched (run.py exits 2 with it):
     the config's refusal, or ranks this machine cannot host."""
-    job, refusal = resolve(cfg, conf_dir)
+    job, refusal = resolve(cfg, conf_dir, measure=False)
     if job is None:
         return refusal
     local = job.topology.rank_launcher == "local_nodes"
@@ -436,7 +437,7 @@ def record_failure(
     only spooled (`distbench sync` uploads it under the sweep's parent run, filling the run
     the job started, if any). `times_ms`: when the job started and was last seen (else now)."""
     started = time.monotonic()
-    job, _ = resolve(cfg, project_dir / "conf")
+    job, _ = resolve(cfg, project_dir / "conf", measure=False)
     outcome, _ = new_outcome(cfg, job, job_dir, label)
     outcome.update(status="FAILED", **failure)
     kind, reason = failure["failure_kind"], failure["failure_reason"]
@@ -492,7 +493,7 @@ def _record_unexpected(
     reason, as far as the job dir and the store allow (each step may fail in turn)."""
     print(f"distbench: {label} failed ({kind}): {reason}", flush=True)
     try:
-        job, _ = resolve(cfg, project_dir / "conf")
+        job, _ = resolve(cfg, project_dir / "conf", measure=False)
     except Exception:
         job = None
     try:
@@ -583,7 +584,8 @@ def _run_job(
         measured = rank_module(job).measure(job, result, job_dir)
         measured.metrics.update(host_metrics(result))
         # the earlier runs' prediction errors for this (model, strategy, hardware, precision)
-        measured.metrics.update(prior_errors(cfg.tracking, tags, measured.metrics))
+        time_source = job.hardware.time_source
+        measured.metrics.update(prior_errors(cfg.tracking, tags, measured.metrics, time_source))
         outcome.update(_result_tags(job, result, measured, label))
     else:
         outcome.update(_failure(job, launched, outcome.get("slurm_job_id"), job_dir, label))

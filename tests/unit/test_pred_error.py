@@ -180,17 +180,37 @@ def test_a_new_run_logs_the_prior_errors_of_its_key(tmp_path):
     log_runs(uri, TAGS, time_errs=[0.2, 0.4], mem_errs=[-0.1, -0.3])
     tracking = SimpleNamespace(backend="sqlite", uri=uri, experiment_name="distbench")
     metrics = {"pred_step_time_s": 1.5, "step_time_s_p50": 1.0, "pred_peak_mem_gib": 0.8}
-    prior = prior_errors(tracking, TAGS, metrics)
+    prior = prior_errors(tracking, TAGS, metrics, "efficiency")
     assert prior["time_pred_rel_err_prior"] == pytest.approx(0.3)
     assert prior["time_pred_prior_num_runs"] == 2.0
     assert prior["mem_pred_rel_err_prior"] == pytest.approx(-0.2)
     assert prior["pred_step_time_s_calibrated"] == pytest.approx(1.5 / 1.3)
     assert prior["pred_peak_mem_gib_calibrated"] == pytest.approx(1.0)
     assert "mem_pred_calibrated_rel_err" not in prior  # no peak measured
-    assert prior_errors(tracking, {**TAGS, "strategy": "zero3"}, metrics) == {}
-    assert prior_errors(tracking, TAGS, {"gemm_time_s_p50": 1.0}) == {}  # nothing predicted
+    assert prior_errors(tracking, {**TAGS, "strategy": "zero3"}, metrics, "efficiency") == {}
+    nothing_predicted = {"gemm_time_s_p50": 1.0}
+    assert prior_errors(tracking, TAGS, nothing_predicted, "efficiency") == {}
     off = SimpleNamespace(backend="none", uri=None, experiment_name="distbench")
-    assert prior_errors(off, TAGS, metrics) == {}
+    assert prior_errors(off, TAGS, metrics, "efficiency") == {}
+    # these runs predate hardware.time_source (efficiency): a measured run's time has no prior
+    measured = prior_errors(tracking, TAGS, metrics, "measured")
+    assert "time_pred_rel_err_prior" not in measured and "mem_pred_rel_err_prior" in measured
+
+
+def test_a_step_time_bar_counts_only_the_runs_predicted_the_same_way():
+    def run(start, time_err, source=None):
+        found = fake_run(start, {"time_pred_rel_err": time_err, "mem_pred_rel_err": 0.1})
+        found.data.params = {} if source is None else {"hardware.time_source": source}
+        return found
+
+    runs = [run(1, 0.5), run(2, 0.7, "efficiency"), run(3, -0.1, "measured")]
+    key = tuple(TAGS.values())
+    measured = error_bars(runs, time_source="measured")[key]
+    assert (measured["time"].median_rel_err, measured["time"].num_runs) == (-0.1, 1)
+    assert measured["mem"].num_runs == 3  # memory is predicted alike either way
+    efficiency = error_bars(runs, time_source="efficiency")[key]["time"]
+    assert (efficiency.median_rel_err, efficiency.num_runs) == (pytest.approx(0.6), 2)
+    assert error_bars(runs)[key]["time"].num_runs == 3
 
 
 # --------------------------------------------------------------------------- the report

@@ -16,6 +16,7 @@ import pytest
 
 from distbench.compose import hardware, step_parts
 from distbench.compose.hardware import STEP_PARTS_FIELDS, resolve_time_source
+from distbench.compose.schema import ConfigError
 from distbench.job import resolve_job
 from tests.conftest import CONF_DIR, compose_config
 
@@ -49,8 +50,24 @@ H100 = "NVIDIA H100 80GB HBM3"
         ({"device": "cpu", "name": "cpu", "time_source": "efficiency"}, "train", [], "efficiency"),
     ],
 )
-def test_auto_measures_only_what_runs_on_this_machine(hw, workload, local_gpus, expected):
+def test_auto_measures_only_what_runs_on_this_machine(
+    hw, workload, local_gpus, expected, monkeypatch
+):
+    monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
     assert resolve_time_source(hw, workload, local_gpus) == expected
+
+
+def test_the_environment_says_what_auto_means(monkeypatch):
+    local_cpu = {"device": "cpu", "name": "cpu", "time_source": "auto"}
+    monkeypatch.setenv("DISTBENCH_TIME_SOURCE", "efficiency")
+    assert resolve_time_source(local_cpu, "train", []) == "efficiency"
+    given = {**local_cpu, "time_source": "measured"}
+    assert resolve_time_source(given, "train", []) == "measured"  # a given value stands
+    monkeypatch.setenv("DISTBENCH_TIME_SOURCE", "fitted")
+    with pytest.raises(ConfigError, match=r"DISTBENCH_TIME_SOURCE='fitted' is not allowed"):
+        resolve_time_source(local_cpu, "train", [])
+    with pytest.raises(ConfigError, match="fitted"):  # before anything runs
+        resolve_job(compose_config(["hardware=cpu"]), CONF_DIR)
 
 
 def _no_subprocess(*args, **kwargs):
@@ -74,6 +91,7 @@ def test_the_default_job_predicts_from_this_cpus_measured_parts(monkeypatch, tmp
     figures = {field: 0.25 for field in STEP_PARTS_FIELDS}
     (tmp_path / step_parts.CACHE_FILE).write_text(json.dumps({key: figures}))
     monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
+    monkeypatch.setattr(hardware, "gpu_names", lambda: [])  # as here, on a GPU machine too
 
     job = resolve_job(cfg, CONF_DIR)
     assert job.hardware.time_source == "measured"
@@ -83,6 +101,18 @@ def test_the_default_job_predicts_from_this_cpus_measured_parts(monkeypatch, tmp
     assert planned.hardware.time_source == "efficiency"
     assert planned.hardware.micro_batch_gemm_s is None
     assert planned.hardware.time_calibration_error is None  # a choice, not a failure
+
+
+def test_a_command_that_only_shows_a_job_measures_nothing(monkeypatch, tmp_path):
+    """`distbench resolve`, run.py's precheck and a failure recorded after the fact resolve
+    the job without a probe: cached parts where there are some, else the efficiency model."""
+    monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
+    shown = resolve_job(compose_config(["hardware=cpu"]), CONF_DIR, measure=False)
+    assert shown.hardware.time_source == "efficiency"
+    assert shown.hardware.time_calibration_error == hardware.NOT_MEASURED_HERE
+    assert not (tmp_path / step_parts.CACHE_FILE).exists()
 
 
 def test_plan_with_an_efficiency_predicts_with_it_and_times_nothing(tmp_path):

@@ -17,7 +17,11 @@ shape, and times, median of ENGINE_TIMED_ITERS after ENGINE_WARMUP_ITERS:
 The job's own shape, not a token-sized one, because how much of the hooks' time the kernels
 hide differs by machine: on 2026-11-26 one H200 spent the 1 × 16-token probe's whole figure on
 top of llama_1b's kernels at 8 × 1024 tokens, two H100s hid part of it under the kernels
-(benchmarks/gpu_runs/2026-11-26_zero3_probe, whose figures came from the 1 × 16 probe).
+(benchmarks/gpu_runs/2026-11-26_zero3_probe, whose figures came from the 1 × 16 probe). The
+cut runs unsharded on one device: the engine's states of the embedding, head and 1-2 layers
+(16 B per parameter in mixed precision), a bare copy and one micro-batch's activations. Where
+that does not fit (the job's ranks shard it), the probe runs at 1 × 16 tokens instead: the
+hooks' host time, none of it hidden (`tokens` in its figures says which).
 Both are extrapolated linearly to the model's depth (a layer adds the same hooks). On one rank
 DeepSpeed gathers nothing (one partition), so the probe times the hooks' bookkeeping, not the
 all-gathers: those are the α-β communication term.
@@ -76,15 +80,18 @@ def applies(job: Any) -> bool:
     )
 
 
-def probe_job(job: Any, num_layers: int) -> Any:
+def probe_job(job: Any, num_layers: int, tokens: tuple[int, int] | None = None) -> Any:
     """The job cut to one rank (no tp), `num_layers` layers and one micro-batch of its own
-    shape, random weights, offload off."""
+    shape (or `tokens`: micro-batch size, seq_len), random weights, offload off."""
     from distbench.job import Layout
 
+    micro_batch_size, seq_len = tokens or (job.batch.micro_batch_size, job.batch.seq_len)
     return job.replace(
         layout=Layout(world_size=1, dp=1, zero_stage=job.layout.zero_stage),
         model=dataclasses.replace(job.model, num_layers=num_layers, pretrained_path=None),
-        batch=dataclasses.replace(job.batch, grad_accum_steps=1),
+        batch=dataclasses.replace(
+            job.batch, micro_batch_size=micro_batch_size, seq_len=seq_len, grad_accum_steps=1
+        ),
         strategy=dataclasses.replace(
             job.strategy, offload_optimizer="none", offload_param="none", tp=1
         ),
@@ -137,6 +144,17 @@ def cut_seconds(cut: Any) -> dict[str, float]:
     return {field: statistics.median(values) for field, values in times.items()}
 
 
+def cuts_seconds(job: Any, tokens: tuple[int, int]) -> dict[str, dict[str, float]]:
+    """cut_seconds at each of CUTS' depths on `tokens`, freeing each cut's memory after it."""
+    per_cut = {}
+    for n in CUTS:
+        try:
+            per_cut[n] = cut_seconds(probe_job(job, int(n), tokens))
+        finally:
+            free_memory(job.device)
+    return per_cut
+
+
 def free_memory(device: str) -> None:
     """Release a cut's engine and model before the next is built."""
     import torch
@@ -147,7 +165,10 @@ def free_memory(device: str) -> None:
 
 
 def measure(job: Any, threads: int = 1) -> dict[str, Any]:
-    """Time the engine and the bare model at each of CUTS' depths."""
+    """Time the engine and the bare model at each of CUTS' depths, on one micro-batch of the
+    job's shape; where that does not fit on one unsharded device (the job's ranks shard it),
+    on step_parts.HOST_PROBE_TOKENS: the hooks' host time, none of it hidden. `tokens` says
+    which."""
     import torch
     import torch.distributed as dist
 
@@ -156,13 +177,19 @@ def measure(job: Any, threads: int = 1) -> dict[str, Any]:
         torch.set_num_threads(threads)
     join_one_rank_group(device)
     step_parts.warm_up(device)
-    per_cut = {}
-    for n in CUTS:
-        per_cut[n] = cut_seconds(probe_job(job, int(n)))
+    tokens = (job.batch.micro_batch_size, job.batch.seq_len)
+    try:
+        per_cut = cuts_seconds(job, tokens)
+    except torch.OutOfMemoryError:
+        per_cut = None
+    if per_cut is None:  # outside the except: its traceback no longer holds the cut's tensors
         free_memory(device)
+        tokens = step_parts.HOST_PROBE_TOKENS
+        per_cut = cuts_seconds(job, tokens)
     dist.destroy_process_group()
     return {
         **{field: {n: cut[field] for n, cut in per_cut.items()} for field in PROBE_FIELDS},
+        "tokens": list(tokens),
         "torch_version": torch.__version__,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }

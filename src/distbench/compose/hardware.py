@@ -12,7 +12,6 @@ imports torch: GPUs are found with pynvml when installed, else `nvidia-smi`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import shutil
@@ -50,13 +49,19 @@ def cpu_peak_tflops_per_core(cpuinfo: str) -> dict[str, float]:
     return {"fp32": fp32, "bf16": bf16, "fp16": fp32}
 
 
-@functools.cache  # static fields, asked once per job: a plan --search resolves hundreds
+# fields -> nvidia-smi's answer: static fields, asked once per job (a plan --search resolves
+# hundreds); an empty answer (no driver, a timeout) is asked again
+_NVIDIA_SMI_ANSWERS: dict[str, str] = {}
+
+
 def nvidia_smi_query(fields: str) -> str:
     """nvidia-smi's CSV answer for `fields` ("" without nvidia-smi or a driver)."""
+    if _NVIDIA_SMI_ANSWERS.get(fields):
+        return _NVIDIA_SMI_ANSWERS[fields]
     if not shutil.which("nvidia-smi"):
         return ""
     try:
-        return subprocess.run(
+        answer = subprocess.run(
             ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
@@ -65,6 +70,8 @@ def nvidia_smi_query(fields: str) -> str:
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return ""
+    _NVIDIA_SMI_ANSWERS[fields] = answer
+    return answer
 
 
 def gpu_names() -> list[str]:
@@ -267,23 +274,41 @@ def _step_parts_subprocess(
     return _last_json_line(cmd, env, timeout_s)
 
 
-def is_this_machine(hw: dict, local_gpu_names: list[str]) -> bool:
+def is_this_machine(hw: dict, local_gpu_names: list[str] | None = None) -> bool:
     """Whether a resolved hardware dict describes this machine's device: a CPU entry always (its
     peak is read from this machine's /proc/cpuinfo), a GPU entry when this machine's first
-    visible GPU is that catalog entry (or that name, for a GPU outside the catalog)."""
+    visible GPU (local_gpu_names, default gpu_names()) is that catalog entry (or that name, for
+    a GPU outside the catalog)."""
     if hw["device"] != "cuda":
         return True
+    if local_gpu_names is None:
+        local_gpu_names = gpu_names()
     if not local_gpu_names:
         return False
     local = local_gpu_names[0]
     return hw["name"] in (local, catalog_option_for(local))
 
 
-def resolve_time_source(hw: dict, workload_name: str, local_gpu_names: list[str]) -> str:
-    """What `hardware.time_source=auto` means for this job: `measured` for a training job whose
-    hardware is this machine's device (its parts can be timed here), else `efficiency` (a plan
-    for an H100 cluster made on a laptop). `efficiency` and `measured` stand as given."""
+# Names what `hardware.time_source=auto` means on this machine (efficiency or measured).
+TIME_SOURCE_ENV = "DISTBENCH_TIME_SOURCE"
+
+
+def resolve_time_source(
+    hw: dict, workload_name: str, local_gpu_names: list[str] | None = None
+) -> str:
+    """What `hardware.time_source=auto` means for this job: what $DISTBENCH_TIME_SOURCE names,
+    else `measured` for a training job whose hardware is this machine's device (its parts can
+    be timed here) and `efficiency` otherwise (a plan for an H100 cluster made on a laptop).
+    `efficiency` and `measured` stand as given. ConfigError for a value outside TIME_SOURCES."""
+    from distbench.compose.schema import TIME_SOURCES, ConfigError
+
     source = hw.get("time_source") or "auto"
+    if source == "auto" and os.environ.get(TIME_SOURCE_ENV):
+        source = os.environ[TIME_SOURCE_ENV]
+        if source not in TIME_SOURCES:
+            raise ConfigError(
+                f"${TIME_SOURCE_ENV}={source!r} is not allowed; choose one of {list(TIME_SOURCES)}"
+            )
     if source != "auto":
         return source
     local = workload_name == "train" and is_this_machine(hw, local_gpu_names)
@@ -295,6 +320,11 @@ def resolve_time_source(hw: dict, workload_name: str, local_gpu_names: list[str]
 _STEP_PARTS_FAILED: dict[str, str] = {}
 
 
+# Why a job that measures nothing (`distbench resolve`, a failure recorded after the fact, a
+# layout of plan --search that does not fit) has no measured parts: nothing was cached.
+NOT_MEASURED_HERE = "no cached figures, and this command measures none (run.py and plan do)"
+
+
 def apply_measured_step_parts(
     hw: dict,
     model: Any,
@@ -303,13 +333,15 @@ def apply_measured_step_parts(
     seq_len: int,
     ranks_sharing_cores: int = 1,
     timeout_s: float = 600.0,
+    probe: bool = True,
 ) -> dict:
     """`time_source=measured`: fill hw's STEP_PARTS_FIELDS for this model and micro-batch from
     the cache, else a `python -m distbench.compose.step_parts` subprocess (it caches them per
     machine and shape). A failed measurement keeps the efficiency model, sets
     `time_source=efficiency` and says why in `time_calibration_error`: a job is never lost to
     its calibration. On a CPU it measures with the threads the launcher will give each rank of
-    the `ranks_sharing_cores` on this machine (rank_threads)."""
+    the `ranks_sharing_cores` on this machine (rank_threads). `probe=False` reads the cache
+    only: without an entry the job keeps the efficiency model (NOT_MEASURED_HERE)."""
     from distbench.compose import step_parts
 
     device = "cuda" if hw["device"] == "cuda" else "cpu"
@@ -317,6 +349,9 @@ def apply_measured_step_parts(
     threads = rank_threads(num_cpu_cores(), ranks_sharing_cores) if device == "cpu" else 1
     key = step_parts.cache_key(device_name, dtype, model, micro_batch_size, seq_len, threads)
     figures = step_parts.read_cache().get(key)
+    if figures is None and not probe:
+        hw.update(time_source="efficiency", time_calibration_error=NOT_MEASURED_HERE)
+        return hw
     try:
         if figures is None and key in _STEP_PARTS_FAILED:
             raise subprocess.SubprocessError(_STEP_PARTS_FAILED[key])
@@ -346,11 +381,12 @@ ENGINE_PARTS_FIELDS = ("micro_batch_engine_host_s", "engine_step_s")
 _ENGINE_PARTS_FAILED: dict[str, str] = {}
 
 
-def apply_engine_parts(job: Any, timeout_s: float = 600.0) -> Any:
+def apply_engine_parts(job: Any, timeout_s: float = 600.0, probe: bool = True) -> Any:
     """The job with its engine's host work (ENGINE_PARTS_FIELDS) from the cache, else a
     `python -m distbench.compose.engine_probe` subprocess, when engine_probe.applies to it and
     its step parts were measured. A failed probe keeps the step parts, leaves the fields None
-    and says why in `time_calibration_error`: the job goes on."""
+    and says why in `time_calibration_error`: the job goes on. `probe=False` reads the cache
+    only (NOT_MEASURED_HERE without an entry)."""
     from distbench.compose import engine_probe
 
     if job.hardware.time_source != "measured" or not engine_probe.applies(job):
@@ -364,6 +400,9 @@ def apply_engine_parts(job: Any, timeout_s: float = 600.0) -> Any:
     key = engine_probe.cache_key(job, device_name, threads)
     figures = engine_probe.read_cache().get(key)
     changes: dict[str, Any] = {}
+    if not _is_probe(figures) and not probe:
+        note = f"engine probe: {NOT_MEASURED_HERE}"
+        return job.replace(hardware=dataclasses.replace(job.hardware, time_calibration_error=note))
     try:
         if not _is_probe(figures):
             figures = None

@@ -139,10 +139,10 @@ class HardwareConfig:
     # micro-batch's GEMMs and fused attention timed at the model's shapes, its other kernels at
     # the measured memory bandwidth and its host time per kernel (compose/step_parts.py), filled
     # in at compose time into the fields below; auto (the default): measured for a training job
-    # whose hardware is this machine's device, else efficiency (compose/hardware.py,
-    # resolve_time_source). $DISTBENCH_TIME_SOURCE sets the default. Prediction inputs only:
-    # not part of the run's signature.
-    time_source: str = "${oc.env:DISTBENCH_TIME_SOURCE,auto}"
+    # whose hardware is this machine's device, else efficiency, unless $DISTBENCH_TIME_SOURCE
+    # names one (compose/hardware.py, resolve_time_source). Prediction inputs only: not part
+    # of the run's signature.
+    time_source: str = "auto"
     micro_batch_gemm_s: float | None = None
     micro_batch_attention_s: float | None = None
     micro_batch_other_s: float | None = None

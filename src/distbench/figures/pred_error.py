@@ -20,6 +20,9 @@ Pure functions of runs already read (MLflow Run objects, or anything with `.info
   follows the model as it is corrected instead of averaging over every version of it.
 - calibrated prediction = pred / (1 + median): what the median error says the run will measure.
 - world size, batch and micro-batch are pooled within a key: their effect is in the spread.
+- a step-time bar counts only the runs whose time was predicted the same way (their param
+  `hardware.time_source`, `efficiency` for runs older than it): measured parts and the
+  efficiency model miss differently, and `time_source=auto` picks by machine.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ PRED_METRICS: dict[str, tuple[str, str, str]] = {
 }
 # The run tags (orchestrator.describe) that say which predictions are alike.
 KEY_TAGS = ("model", "strategy", "zero_stage", "hardware", "precision")
+# The param that says how a run's step time was predicted (runs older than it: efficiency).
+TIME_SOURCE_PARAM = "hardware.time_source"
 # Newest runs per key that make an error bar: enough for a median and its spread, few enough
 # that runs predicted by an older version of the model drop out.
 MAX_RUNS_PER_KEY = 20
@@ -102,17 +107,28 @@ def error_bar(rel_errs: Sequence[float]) -> ErrorBar:
     return ErrorBar(median_rel_err=median, spread_rel_err=spread, num_runs=len(rel_errs))
 
 
+def run_time_source(run: Any) -> str:
+    """How a run's step time was predicted: its TIME_SOURCE_PARAM, `efficiency` before it."""
+    params = getattr(run.data, "params", None) or {}
+    return params.get(TIME_SOURCE_PARAM) or "efficiency"
+
+
 def error_bars(
-    runs: Iterable[Any], max_runs_per_key: int = MAX_RUNS_PER_KEY
+    runs: Iterable[Any],
+    max_runs_per_key: int = MAX_RUNS_PER_KEY,
+    time_source: str | None = None,
 ) -> dict[PredKey, dict[str, ErrorBar]]:
     """key -> kind -> ErrorBar over the FINISHED runs that have that kind's error, the newest
-    `max_runs_per_key` of each key and kind."""
+    `max_runs_per_key` of each key and kind; with `time_source`, the step-time bar counts only
+    the runs predicted by it (run_time_source)."""
     errs: dict[PredKey, dict[str, list[tuple[int, float]]]] = {}
     for run in runs:
         key = pred_key(run.data.tags)
         if run.info.status != "FINISHED" or key is None:
             continue
         for kind, value in run_rel_errs(run.data.metrics).items():
+            if kind == "time" and time_source not in (None, run_time_source(run)):
+                continue
             errs.setdefault(key, {}).setdefault(kind, []).append((run.info.start_time or 0, value))
     return {
         key: {

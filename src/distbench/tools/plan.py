@@ -132,7 +132,7 @@ def make_plan(
     conf_dir = home / "conf"
     os.environ.setdefault("DISTBENCH_HOME", str(home))  # conf/config.yaml's searchpath
     register_configs()
-    overrides, from_overrides = _split_strategy_override(list(overrides))
+    overrides, from_overrides = _split_strategy_override(efficiency_model(overrides, efficiency))
     names = strategies or from_overrides or strategy_options(conf_dir)
 
     predictions, refused = [], {}
@@ -140,6 +140,7 @@ def make_plan(
     hardware: HardwareConfig | None = None
     title, dtype = "", "fp32"
     keys: dict[str, dict[str, str]] = {}  # strategy -> the tags its runs are found by
+    time_sources: dict[str, str] = {}  # strategy -> how its step time is predicted
     tracking = None
     fits: dict[str, LinkFit] = {}
     link_note = ""
@@ -189,6 +190,7 @@ def make_plan(
                     f"{batch.grad_accum_steps} × seq {batch.seq_len})"
                 )
             keys[name] = run_key_tags(job)
+            time_sources[name] = job.hardware.time_source
             predictions.append(
                 predict(
                     job.replace(hardware=hardware),
@@ -198,7 +200,7 @@ def make_plan(
                     recompute=recompute,
                 )
             )
-    bars, note = ({}, "") if not history else strategy_error_bars(tracking, keys)
+    bars, note = ({}, "") if not history else strategy_error_bars(tracking, keys, time_sources)
     # The stored runs predicted on their own links (KEY_TAGS has no link source).
     if hardware is not None and hardware.link_source == "measured" and bars:
         bars = {s: {k: b for k, b in kinds.items() if k != "time"} for s, kinds in bars.items()}
@@ -333,12 +335,23 @@ def run_key_tags(job: Any) -> dict[str, str]:
     return {name: tags[name] for name in KEY_TAGS}
 
 
+def efficiency_model(overrides: list[str], efficiency: float | None) -> list[str]:
+    """The overrides, with `hardware.time_source=efficiency` when an efficiency is given and
+    the time source is not: an efficiency asked for is the efficiency model, not the measured
+    parts that the default (auto) would use on this machine."""
+    named = any(o.lstrip("+").startswith("hardware.time_source=") for o in overrides)
+    if efficiency is None or named:
+        return list(overrides)
+    return [*overrides, "hardware.time_source=efficiency"]
+
+
 def strategy_error_bars(
-    tracking: Any, keys: dict[str, dict[str, str]]
+    tracking: Any, keys: dict[str, dict[str, str]], time_sources: dict[str, str]
 ) -> tuple[dict[str, dict[str, ErrorBar]], str]:
     """strategy -> kind -> ErrorBar from the finished runs in the store `tracking` resolves to
-    (the plan's model and hardware), and a line saying where they came from; ({}, why) when
-    there is no store or it cannot be read."""
+    (the plan's model and hardware; step time: of the runs predicted by the row's
+    `time_sources` entry), and a line saying where they came from; ({}, why) when there is no
+    store or it cannot be read."""
     from distbench.figures.pred_error import pred_key
     from distbench.tracking.pred_history import load_error_bars
 
@@ -347,13 +360,21 @@ def strategy_error_bars(
         return {}, where
     common = {k: v for k, v in next(iter(keys.values())).items() if k in ("model", "hardware")}
     try:
-        by_key = load_error_bars(uri, tracking.experiment_name, common)
+        by_source = {
+            source: load_error_bars(uri, tracking.experiment_name, common, source)
+            for source in set(time_sources.values())
+        }
     except Exception as exc:  # the plan stands without its error bars
         return {}, f"no error bars: {where} could not be read ({type(exc).__name__})"
-    found = {s: k for s, tags in keys.items() if (k := pred_key(tags)) in by_key}
-    bars = {s: by_key[k] for s, k in found.items()}
+    bars: dict[str, dict[str, ErrorBar]] = {}
+    counted: dict[Any, int] = {}
+    for row, tags in keys.items():
+        by_key = by_source[time_sources[row]]
+        if (key := pred_key(tags)) in by_key:
+            bars[row] = by_key[key]
+            counted[key] = max(b.num_runs for b in by_key[key].values())
     # rows may share a key (--search: layouts of one strategy file): count each key's runs once
-    num_runs = sum(max(b.num_runs for b in by_key[k].values()) for k in set(found.values()))
+    num_runs = sum(counted.values())
     return bars, (
         f"error bars (median (pred − measured)/measured ± MAD, n) from {num_runs} finished "
         f"runs, for {len(bars)} of these {len(keys)} rows, in {where}"
@@ -596,10 +617,11 @@ def search_layouts(
     conf_dir = home / "conf"
     os.environ.setdefault("DISTBENCH_HOME", str(home))
     register_configs()
-    overrides, _ = _split_strategy_override(list(overrides))
+    overrides, _ = _split_strategy_override(efficiency_model(overrides, efficiency))
     ranked: list[tuple[str, Prediction]] = []
     refused: dict[str, str] = {}
     keys: dict[str, dict[str, str]] = {}
+    time_sources: dict[str, str] = {}
     warnings: list[str] = []
     title = "distbench plan --search"
     tracking = None
@@ -622,8 +644,10 @@ def search_layouts(
                     candidate.batch.micro_batch_size = mb
                     if stage is not None:
                         candidate.zero_stage = stage
-                try:
-                    job = resolve_job(candidate, conf_dir)
+                try:  # measured parts only for a layout that fits (the fit does not use them)
+                    job = resolve_job(candidate, conf_dir, measure=False)
+                    if predict(job, efficiency=efficiency, recompute=recompute).fits is not False:
+                        job = resolve_job(candidate, conf_dir)
                 except ConfigError as exc:
                     refused[label] = str(exc)
                     continue
@@ -645,8 +669,9 @@ def search_layouts(
                     continue
                 ranked.append((label, p))
                 keys[label] = run_key_tags(job)
+                time_sources[label] = job.hardware.time_source
     ranked.sort(key=lambda item: -(item[1].tokens_per_s or 0.0))
-    bars, note = strategy_error_bars(tracking, keys) if history else ({}, "")
+    bars, note = strategy_error_bars(tracking, keys, time_sources) if history else ({}, "")
     return Search(ranked, refused, title, warnings, error_bars=bars, history=note)
 
 

@@ -61,16 +61,21 @@ def load_link_fits(tracking_uri: str, experiment: str, hardware: str) -> dict[st
 
 
 def load_error_bars(
-    tracking_uri: str, experiment: str, tags: Mapping[str, str] | None = None
+    tracking_uri: str,
+    experiment: str,
+    tags: Mapping[str, str] | None = None,
+    time_source: str | None = None,
 ) -> dict[PredKey, dict[str, ErrorBar]]:
-    """key -> kind -> ErrorBar (pred_error.error_bars) of the runs `finished_runs` reads."""
-    return error_bars(finished_runs(tracking_uri, experiment, tags))
+    """key -> kind -> ErrorBar (pred_error.error_bars) of the runs `finished_runs` reads; with
+    `time_source`, the step-time bars of the runs predicted by it only."""
+    return error_bars(finished_runs(tracking_uri, experiment, tags), time_source=time_source)
 
 
 def prior_errors(
-    tracking: Any, tags: Mapping[str, str], metrics: Mapping[str, float]
+    tracking: Any, tags: Mapping[str, str], metrics: Mapping[str, float], time_source: str
 ) -> dict[str, float]:
-    """The metrics a new run logs of the earlier runs of its key (pred_error.prior_metrics),
+    """The metrics a new run logs of the earlier runs of its key (pred_error.prior_metrics;
+    step time: of the runs predicted by the same `time_source`),
     read from the store `tracking` (the job's tracking config) resolves to; {} without
     tracking, predictions, a key or earlier runs. Never raises: a store that cannot be read
     costs the run its priors, not its record."""
@@ -81,7 +86,8 @@ def prior_errors(
     if uri is None or key is None or not any(p in metrics for p, _, _ in PRED_METRICS.values()):
         return {}
     try:
-        bars = load_error_bars(uri, tracking.experiment_name, dict(zip(KEY_TAGS, key, strict=True)))
+        tags_of_key = dict(zip(KEY_TAGS, key, strict=True))
+        bars = load_error_bars(uri, tracking.experiment_name, tags_of_key, time_source)
     except Exception as exc:  # reading priors is optional
         print(f"distbench: no prediction-error priors ({type(exc).__name__}: {exc})"[:300])
         return {}
