@@ -179,3 +179,34 @@ def test_the_engine_parts_are_not_part_of_the_runs_signature():
     assert run_signature(probed.tree()) == run_signature(job.tree())
     other_model = _measured(_job([*TINY_ZERO3, "model.num_layers=3"]))
     assert run_signature(other_model.tree()) != run_signature(job.tree())
+
+
+def test_each_plan_row_predicts_with_its_own_engine_probe(monkeypatch, tmp_path):
+    """`distbench plan --strategies dp,zero3` on a measured GPU: the rows share the hardware's
+    figures, but zero3's row adds its engine's probe and dp's does not."""
+    from distbench.compose import step_parts
+    from distbench.compose.hardware import STEP_PARTS_FIELDS
+    from distbench.tools.plan import make_plan
+
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
+    gpu = [*TINY_ZERO3, "hardware=h100_sxm", "hardware.time_source=measured"]
+    job = _job(["model=tiny", "world_size=2", "hardware=h100_sxm"])
+    name = hardware._device_name("cuda")
+    shape = (job.batch.micro_batch_size, job.batch.seq_len)
+    parts_key = step_parts.cache_key(name, job.dtype, job.model, *shape)
+    parts = {field: 0.01 for field in STEP_PARTS_FIELDS}
+    (tmp_path / step_parts.CACHE_FILE).write_text(json.dumps({parts_key: parts}))
+    zero3 = resolve_job(compose_config(gpu), CONF_DIR, measure=False)
+    probe = {field: {"1": 0.1, "2": 0.2} for field in PROBE_FIELDS}
+    probe["bare_forward_backward_s"] = {"1": 0.01, "2": 0.02}
+    engine_key = engine_probe.cache_key(zero3, name)
+    (tmp_path / engine_probe.CACHE_FILE).write_text(json.dumps({engine_key: probe}))
+    assert _job(gpu).hardware.micro_batch_engine_host_s > 0
+
+    plan = make_plan([arg for arg in gpu if arg != "strategy=zero3"], ["dp", "zero3"])
+    by_strategy = {p.strategy: p for p in plan.predictions}
+    for strategy in ("dp", "zero3"):
+        alone = predict(_job([*gpu, f"strategy={strategy}"]))
+        assert by_strategy[strategy].step_time_s == pytest.approx(alone.step_time_s)
+    assert by_strategy["zero3"].time_s["compute"] > by_strategy["dp"].time_s["compute"]

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -49,28 +51,30 @@ def cpu_peak_tflops_per_core(cpuinfo: str) -> dict[str, float]:
     return {"fp32": fp32, "bf16": bf16, "fp16": fp32}
 
 
-# fields -> nvidia-smi's answer: static fields, asked once per job (a plan --search resolves
-# hundreds); an empty answer (no driver, a timeout) is asked again
-_NVIDIA_SMI_ANSWERS: dict[str, str] = {}
+# fields -> (monotonic time asked, nvidia-smi's answer): static fields, asked once per job (a
+# plan --search resolves hundreds); an empty answer (no driver, a timeout) stands this long
+_NVIDIA_SMI_ANSWERS: dict[str, tuple[float, str]] = {}
+NVIDIA_SMI_EMPTY_ANSWER_S = 60.0
 
 
 def nvidia_smi_query(fields: str) -> str:
     """nvidia-smi's CSV answer for `fields` ("" without nvidia-smi or a driver)."""
-    if _NVIDIA_SMI_ANSWERS.get(fields):
-        return _NVIDIA_SMI_ANSWERS[fields]
-    if not shutil.which("nvidia-smi"):
-        return ""
-    try:
-        answer = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return ""
-    _NVIDIA_SMI_ANSWERS[fields] = answer
+    asked_at, answer = _NVIDIA_SMI_ANSWERS.get(fields, (-math.inf, ""))
+    if answer or time.monotonic() - asked_at < NVIDIA_SMI_EMPTY_ANSWER_S:
+        return answer
+    answer = ""
+    if shutil.which("nvidia-smi"):
+        try:
+            answer = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            ).stdout
+        except (subprocess.SubprocessError, OSError):
+            answer = ""
+    _NVIDIA_SMI_ANSWERS[fields] = (time.monotonic(), answer)
     return answer
 
 
@@ -162,8 +166,6 @@ def apply_measured_links(hw: dict, tracking_uri: str | None, experiment: str) ->
     link_latency_us (the intra-node α); predictions prefer them to the catalog figures, which
     stay. Without a store or any fit it sets `link_source=catalog` and says why in
     `link_calibration_error` (resolved.yaml and the run's params carry it)."""
-    import time
-
     from distbench.figures.links import link_fit_fields
     from distbench.tracking.pred_history import load_link_fits, store_exists
 
@@ -322,7 +324,10 @@ _STEP_PARTS_FAILED: dict[str, str] = {}
 
 # Why a job that measures nothing (`distbench resolve`, a failure recorded after the fact, a
 # layout of plan --search that does not fit) has no measured parts: nothing was cached.
-NOT_MEASURED_HERE = "no cached figures, and this command measures none (run.py and plan do)"
+NOT_MEASURED_HERE = (
+    "not measured where this job was resolved: no cached figures (distbench resolve, run.py's "
+    "precheck and failure records measure nothing; run.py and plan do)"
+)
 
 
 def apply_measured_step_parts(
@@ -376,6 +381,10 @@ def apply_measured_step_parts(
 
 # What `hardware.time_source=measured` fills from compose/engine_probe.py for a ZeRO-3 job.
 ENGINE_PARTS_FIELDS = ("micro_batch_engine_host_s", "engine_step_s")
+
+# Every field that says how one job's step time is predicted: a plan's rows share their
+# hardware but not these (each strategy's own measured parts and engine probe).
+TIME_FIELDS = ("time_source", *STEP_PARTS_FIELDS, *ENGINE_PARTS_FIELDS, "time_calibration_error")
 
 # cache key -> why its engine probe failed (as _STEP_PARTS_FAILED)
 _ENGINE_PARTS_FAILED: dict[str, str] = {}

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distbench.compose.hardware import NOT_MEASURED_HERE, TIME_FIELDS
 from distbench.compose.schema import HardwareConfig
 from distbench.figures.analytic import PREFERENCE, Prediction, predict, recommend
 from distbench.figures.links import LinkFit, efficiency_source, link_fit_fields, link_source
@@ -191,9 +192,10 @@ def make_plan(
                 )
             keys[name] = run_key_tags(job)
             time_sources[name] = job.hardware.time_source
+            own_time = {field: getattr(job.hardware, field) for field in TIME_FIELDS}
             predictions.append(
                 predict(
-                    job.replace(hardware=hardware),
+                    job.replace(hardware=dataclasses.replace(hardware, **own_time)),
                     efficiency=efficiency,
                     bandwidth_gbps=bandwidth_gbps,
                     latency_s=latency_s,
@@ -646,7 +648,9 @@ def search_layouts(
                         candidate.zero_stage = stage
                 try:  # measured parts only for a layout that fits (the fit does not use them)
                     job = resolve_job(candidate, conf_dir, measure=False)
-                    if predict(job, efficiency=efficiency, recompute=recompute).fits is not False:
+                    unmeasured = NOT_MEASURED_HERE in (job.hardware.time_calibration_error or "")
+                    fits = predict(job, efficiency=efficiency, recompute=recompute).fits
+                    if unmeasured and fits is not False:
                         job = resolve_job(candidate, conf_dir)
                 except ConfigError as exc:
                     refused[label] = str(exc)
