@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -59,9 +58,9 @@ NVIDIA_SMI_EMPTY_ANSWER_S = 60.0
 
 def nvidia_smi_query(fields: str) -> str:
     """nvidia-smi's CSV answer for `fields` ("" without nvidia-smi or a driver)."""
-    asked_at, answer = _NVIDIA_SMI_ANSWERS.get(fields, (-math.inf, ""))
-    if answer or time.monotonic() - asked_at < NVIDIA_SMI_EMPTY_ANSWER_S:
-        return answer
+    cached = _NVIDIA_SMI_ANSWERS.get(fields)
+    if cached and (cached[1] or time.monotonic() - cached[0] < NVIDIA_SMI_EMPTY_ANSWER_S):
+        return cached[1]
     answer = ""
     if shutil.which("nvidia-smi"):
         try:
@@ -330,6 +329,12 @@ NOT_MEASURED_HERE = (
 )
 
 
+def left_unmeasured(hardware: Any) -> bool:
+    """Whether a job resolved with measure=False lacks parts a measuring resolve would time
+    (its step parts or its engine probe: NOT_MEASURED_HERE is on its time_calibration_error)."""
+    return NOT_MEASURED_HERE in (hardware.time_calibration_error or "")
+
+
 def apply_measured_step_parts(
     hw: dict,
     model: Any,
@@ -381,10 +386,6 @@ def apply_measured_step_parts(
 
 # What `hardware.time_source=measured` fills from compose/engine_probe.py for a ZeRO-3 job.
 ENGINE_PARTS_FIELDS = ("micro_batch_engine_host_s", "engine_step_s")
-
-# Every field that says how one job's step time is predicted: a plan's rows share their
-# hardware but not these (each strategy's own measured parts and engine probe).
-TIME_FIELDS = ("time_source", *STEP_PARTS_FIELDS, *ENGINE_PARTS_FIELDS, "time_calibration_error")
 
 # cache key -> why its engine probe failed (as _STEP_PARTS_FAILED)
 _ENGINE_PARTS_FAILED: dict[str, str] = {}

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distbench.compose.hardware import NOT_MEASURED_HERE, TIME_FIELDS
+from distbench.compose.hardware import left_unmeasured
 from distbench.compose.schema import HardwareConfig
 from distbench.figures.analytic import PREFERENCE, Prediction, predict, recommend
 from distbench.figures.links import LinkFit, efficiency_source, link_fit_fields, link_source
@@ -139,6 +139,7 @@ def make_plan(
     predictions, refused = [], {}
     warnings: list[str] = []
     hardware: HardwareConfig | None = None
+    plan_fields: dict[str, Any] = {}  # what the plan sets on every row's own hardware
     title, dtype = "", "fp32"
     keys: dict[str, dict[str, str]] = {}  # strategy -> the tags its runs are found by
     time_sources: dict[str, str] = {}  # strategy -> how its step time is predicted
@@ -169,18 +170,17 @@ def make_plan(
                 )
                 continue
             if hardware is None:  # one hardware group per plan; auto is detected once
-                hardware = job.hardware
-                if hardware.device == "cpu" and hardware.mem_gib is None:
+                if job.hardware.device == "cpu" and job.hardware.mem_gib is None:
                     host = _host_mem_gib()  # ranks on one host share its memory
                     nproc = job.topology.ranks_per_node
-                    mem_gib = None if host is None else host / nproc
-                    hardware = dataclasses.replace(hardware, mem_gib=mem_gib)
+                    plan_fields["mem_gib"] = None if host is None else host / nproc
                 dtype = job.dtype
                 tracking = cfg.tracking
                 if measured_links:  # the same fields hardware.link_source=measured fills
-                    fits, link_note = stored_link_fits(tracking, hardware.name)
-                    if fits:
-                        hardware = dataclasses.replace(hardware, **link_fit_fields(fits))
+                    fits, link_note = stored_link_fits(tracking, job.hardware.name)
+                    plan_fields.update(link_fit_fields(fits) if fits else {})
+                # the rows' time fields are their own (each strategy's measured parts)
+                hardware = dataclasses.replace(job.hardware, **plan_fields)
                 batch = job.batch
                 warnings += batch_warnings(job, overrides)
                 title = (
@@ -192,10 +192,9 @@ def make_plan(
                 )
             keys[name] = run_key_tags(job)
             time_sources[name] = job.hardware.time_source
-            own_time = {field: getattr(job.hardware, field) for field in TIME_FIELDS}
             predictions.append(
                 predict(
-                    job.replace(hardware=dataclasses.replace(hardware, **own_time)),
+                    job.replace(hardware=dataclasses.replace(job.hardware, **plan_fields)),
                     efficiency=efficiency,
                     bandwidth_gbps=bandwidth_gbps,
                     latency_s=latency_s,
@@ -648,9 +647,8 @@ def search_layouts(
                         candidate.zero_stage = stage
                 try:  # measured parts only for a layout that fits (the fit does not use them)
                     job = resolve_job(candidate, conf_dir, measure=False)
-                    unmeasured = NOT_MEASURED_HERE in (job.hardware.time_calibration_error or "")
                     fits = predict(job, efficiency=efficiency, recompute=recompute).fits
-                    if unmeasured and fits is not False:
+                    if fits is not False and left_unmeasured(job.hardware):
                         job = resolve_job(candidate, conf_dir)
                 except ConfigError as exc:
                     refused[label] = str(exc)
