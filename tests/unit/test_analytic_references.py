@@ -8,6 +8,7 @@ save for backward (on the real tiny and GPT-2-shaped models, CPU, fp32).
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -162,3 +163,33 @@ def test_activations_agree_with_what_hf_saves_for_backward(name, attn, changes):
         attention_scores_stored=False,
     )
     assert per_layer > 0.8 * korthikanti
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+def test_the_loss_peak_per_logit_is_what_the_profiler_sees(dtype_name, tmp_path):
+    """HF's causal-LM loss and its backward on a logits-sized problem: the live bytes' peak in
+    the profiler's memory timeline (every CPU allocation and free) is `loss_logits_bytes`."""
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    dtype = getattr(torch, dtype_name)
+    b, s, v, h = 2, 256, 8192, 16
+    hidden = torch.randn(b, s, h, dtype=dtype, requires_grad=True)
+    head = torch.randn(v, h, dtype=dtype, requires_grad=True)
+    labels = torch.randint(0, v, (b, s))
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        loss = ForCausalLMLoss(hidden @ head.t(), labels, vocab_size=v)
+        loss.backward()
+    timeline = tmp_path / "timeline.raw.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # deprecated for CUDA's snapshots
+        prof.export_memory_timeline(str(timeline), device="cpu")
+    _, bytes_by_category = json.loads(timeline.read_text())
+    peak_bytes = max(sum(row) for row in bytes_by_category)
+    # the inputs' gradients (b·s·h + v·h elements) are small beside the logits
+    assert peak_bytes == pytest.approx(analytic.loss_logits_bytes(s, b, v), rel=0.05)

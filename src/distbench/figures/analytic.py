@@ -387,14 +387,19 @@ def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int =
     return 4.0 * seq_len * micro_batch_size * vocab_size / tp
 
 
-def loss_logits_bytes(
-    seq_len: int, micro_batch_size: int, vocab_size: int, *, dtype_bytes: int, tp: int = 1
-) -> float:
-    """The logits at the loss's peak (start of backward): HF's ForCausalLMLoss upcasts the
-    logits to fp32 and cross_entropy saves its fp32 log-softmax (4 B each), whose fp32
-    gradient (4 B) and the gradient in the model's dtype exist together in backward:
-    s·b·v·(4 + 4 + dtype)/t. DeepSpeed AutoTP keeps the LM head whole (t = 1 then)."""
-    return seq_len * micro_batch_size * vocab_size * (8.0 + dtype_bytes) / tp
+# Bytes per logit at the loss's peak, in any model dtype: see loss_logits_bytes.
+LOSS_PEAK_BYTES_PER_LOGIT = 12.0
+
+
+def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int = 1) -> float:
+    """The logits at the loss's peak, in log-softmax's backward (the first node of every
+    backward): HF's ForCausalLMLoss upcasts the logits to fp32, cross_entropy saves its fp32
+    log-softmax (4 B each), nll_loss's backward hands it a dense fp32 gradient (4 B) and
+    log-softmax's backward writes another (4 B): s·b·v·12/t, whatever the model's dtype (its
+    16-bit logits and their gradient come before and after, with fewer fp32 tensors alive).
+    tests/unit/test_analytic_references.py measures it with the profiler's memory timeline.
+    DeepSpeed AutoTP keeps the LM head whole (t = 1 then)."""
+    return seq_len * micro_batch_size * vocab_size * LOSS_PEAK_BYTES_PER_LOGIT / tp
 
 
 @dataclass(frozen=True)
@@ -567,7 +572,7 @@ def memory_per_device(
     in_flight = grad_accum_steps if torch_gpipe else min(layout.pp, grad_accum_steps)
     layer_acts = per_layer * split.num_layers / layout.pp * in_flight
     # Both engines keep the LM head whole under TP (torch_tp replicates it, AutoTP too).
-    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size, dtype_bytes=w)
+    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size)
     # Backward materialises a weight's gradient before accumulating it into .grad; a tied
     # embedding gets two (from the LM head and from the lookup) at once.
     transient = w * split.largest_matrix / layout.tp * (2 if tied_embeddings else 1)
