@@ -1,6 +1,7 @@
 """The analytic model against outside references computed here, not typed-in numbers:
 DeepSpeed's own memory estimators, torch's FlopCounterMode and the tensors HF's models really
-save for backward (on the real tiny and GPT-2-shaped models, CPU, fp32).
+save for backward (on the real tiny and GPT-2-shaped models, CPU, fp32), and the loss's peak in
+the profiler's memory timeline (bf16 and fp32).
 
     .venv/bin/python -m pytest -q tests/unit/test_analytic_references.py
 """
@@ -185,9 +186,10 @@ def test_the_loss_peak_per_logit_is_what_the_profiler_sees(dtype_name, tmp_path)
     ) as prof:
         loss = ForCausalLMLoss(hidden @ head.t(), labels, vocab_size=v)
         loss.backward()
-    timeline = tmp_path / "timeline.raw.json"
+    timeline = tmp_path / "timeline.json"  # this suffix: [times, bytes by category] rows
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # deprecated for CUDA's snapshots
+        # deprecated in favour of CUDA's snapshots, present in the pinned torch 2.13
+        warnings.simplefilter("ignore", FutureWarning)
         prof.export_memory_timeline(str(timeline), device="cpu")
     _, bytes_by_category = json.loads(timeline.read_text())
     peak_bytes = max(sum(row) for row in bytes_by_category)

@@ -392,11 +392,12 @@ LOSS_PEAK_BYTES_PER_LOGIT = 12.0
 
 
 def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int = 1) -> float:
-    """The logits at the loss's peak, in log-softmax's backward (the first node of every
-    backward): HF's ForCausalLMLoss upcasts the logits to fp32, cross_entropy saves its fp32
-    log-softmax (4 B each), nll_loss's backward hands it a dense fp32 gradient (4 B) and
-    log-softmax's backward writes another (4 B): s·b·v·12/t, whatever the model's dtype (its
-    16-bit logits and their gradient come before and after, with fewer fp32 tensors alive).
+    """The logits at the loss's peak, in log-softmax's backward (at the start of every
+    backward, right after nll_loss's): HF's ForCausalLMLoss upcasts the logits to fp32,
+    cross_entropy saves its fp32 log-softmax (4 B each), nll_loss's backward hands it a dense
+    fp32 gradient (4 B) and log-softmax's backward writes another (4 B): s·b·v·12/t, whatever
+    the model's dtype (its 16-bit logits and their gradient come before and after, with fewer
+    fp32 tensors alive).
     tests/unit/test_analytic_references.py measures it with the profiler's memory timeline.
     DeepSpeed AutoTP keeps the LM head whole (t = 1 then)."""
     return seq_len * micro_batch_size * vocab_size * LOSS_PEAK_BYTES_PER_LOGIT / tp
