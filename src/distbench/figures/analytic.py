@@ -403,6 +403,27 @@ def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: 
     return seq_len * micro_batch_size * vocab_size * LOSS_PEAK_BYTES_PER_LOGIT / tp
 
 
+def pipeline_logits_held_bytes(
+    seq_len: int,
+    micro_batch_size: int,
+    vocab_size: int,
+    num_micro_batches: int,
+    *,
+    dtype_bytes: int,
+    all_forwards_first: bool,
+) -> float:
+    """What torch.distributed.pipelining's last stage holds of the logits beyond one
+    micro-batch's loss (`loss_logits_bytes`): the schedule keeps every micro-batch's stage
+    output, its logits in the model's dtype, until the step merges them (m·dtype); GPipe runs
+    every forward before the first backward, so the other micro-batches' saved fp32
+    log-softmax (4 B each) wait too: s·b·v·(m·dtype + (m−1)·4). Measured on this CPU
+    (gpt2_124m cut to 2 layers, untied, pp 2, 4 micro-batches of 4 × 512, fp32): GPipe's last
+    stage held 27.8 B per logit more than one loss's 12, this formula 28."""
+    m = num_micro_batches
+    per_logit = m * dtype_bytes + ((m - 1) * 4.0 if all_forwards_first else 0.0)
+    return seq_len * micro_batch_size * vocab_size * per_logit
+
+
 @dataclass(frozen=True)
 class ParamSplit:
     """Where a model's parameters sit: per layer, and outside the layers."""
@@ -499,6 +520,7 @@ def memory_per_device(
     zero_block: dict[str, Any] | None = None,
     runtime_bytes: float = 0.0,
     tied_embeddings: bool = False,
+    pp_schedule: str | None = None,
 ) -> Memory:
     """Every byte one device holds at its peak, by term (see `Memory`).
 
@@ -509,7 +531,8 @@ def memory_per_device(
     with offload_param the parameter shard) move to `host`, unless the device is the host.
     Activations: HF's saved tensors per layer (`hf_activation_bytes_per_layer`) for one
     micro-batch, times the micro-batches a pipeline stage holds (1F1B: min(pp, m); torch_pp's
-    GPipe: all m), plus the loss's logits."""
+    GPipe, its default `pp_schedule`: all m), plus the loss's logits (under torch_pp, those its
+    last stage keeps: `pipeline_logits_held_bytes`)."""
     inter = intermediate_size or 4 * hidden_size
     stage = layout.zero_stage or 0
     shard = params_per_model_shard(
@@ -569,11 +592,21 @@ def memory_per_device(
         attention_scores_stored=attention_scores_stored,
         recompute=recompute,
     )
-    torch_gpipe = engine == "torch" and layout.pp > 1
+    torch_pipeline = engine == "torch" and layout.pp > 1
+    torch_gpipe = torch_pipeline and (pp_schedule or "gpipe") == "gpipe"
     in_flight = grad_accum_steps if torch_gpipe else min(layout.pp, grad_accum_steps)
     layer_acts = per_layer * split.num_layers / layout.pp * in_flight
     # Both engines keep the LM head whole under TP (torch_tp replicates it, AutoTP too).
     logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size)
+    if torch_pipeline:
+        logits += pipeline_logits_held_bytes(
+            seq_len,
+            micro_batch_size,
+            vocab_size,
+            grad_accum_steps,
+            dtype_bytes=w,
+            all_forwards_first=torch_gpipe,
+        )
     # Backward materialises a weight's gradient before accumulating it into .grad; a tied
     # embedding gets two (from the LM head and from the lookup) at once.
     transient = w * split.largest_matrix / layout.tp * (2 if tied_embeddings else 1)
@@ -997,6 +1030,7 @@ def predict(
         zero_block=job.zero_optimization,
         runtime_bytes=runtime_gib * GIB,
         tied_embeddings=model.tie_word_embeddings,
+        pp_schedule=strategy.pp_schedule,
     )
     mem_gib = hardware.mem_gib
     device_mem_bytes = None if mem_gib is None else float(mem_gib) * GIB
