@@ -20,6 +20,7 @@ ENGINES = ("deepspeed", "torch")
 # The torch engine's data parallelism across replicas and its pipeline schedules.
 TORCH_DATA_PARALLEL = ("ddp", "fsdp")
 PP_SCHEDULES = ("gpipe", "1f1b")
+DEFAULT_PP_SCHEDULE = "gpipe"  # what strategy.pp_schedule=None runs
 DTYPES = ("fp32", "bf16", "fp16")
 MODEL_FAMILIES = ("llama", "gpt2")
 TRACKING_BACKENDS = ("sqlite", "server", "none")

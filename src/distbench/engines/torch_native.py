@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from distbench.compose.checks import one_of
-from distbench.compose.schema import PP_SCHEDULES, TORCH_DATA_PARALLEL, ConfigError, StrategyConfig
+from distbench.compose.schema import (
+    DEFAULT_PP_SCHEDULE,
+    PP_SCHEDULES,
+    TORCH_DATA_PARALLEL,
+    ConfigError,
+    StrategyConfig,
+)
 from distbench.engines import GRID_DIMS
 from distbench.job import Job
 from distbench.precision import adamw_kwargs, is_mixed
@@ -303,7 +309,8 @@ def _pipeline_schedule(module: Any, job: Job, stage: int, pp: int, pp_mesh: Any,
 
     where = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
     pipeline_stage = PipelineStage(module, stage, pp, where, group=pp_mesh.get_group())
-    schedule = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[job.strategy.pp_schedule or "gpipe"]
+    schedules = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+    schedule = schedules[job.strategy.pp_schedule or DEFAULT_PP_SCHEDULE]
     return schedule(
         pipeline_stage, n_microbatches=job.batch.grad_accum_steps, loss_fn=causal_lm_loss
     )

@@ -41,7 +41,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from distbench.compose.schema import ModelConfig
+from distbench.compose.schema import DEFAULT_PP_SCHEDULE, ModelConfig
 from distbench.figures.metrics import (
     GIB,
     cost_usd_per_1m_tokens,
@@ -387,8 +387,8 @@ def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int =
     return 4.0 * seq_len * micro_batch_size * vocab_size / tp
 
 
-# Bytes per logit at the loss's peak, in any model dtype: see loss_logits_bytes.
-LOSS_PEAK_BYTES_PER_LOGIT = 12.0
+# Bytes per logit at the loss's peak, in any model dtype: three fp32 tensors (loss_logits_bytes).
+LOSS_PEAK_BYTES_PER_LOGIT = 3.0 * DTYPE_BYTES["fp32"]
 
 
 def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int = 1) -> float:
@@ -420,7 +420,7 @@ def pipeline_logits_held_bytes(
     (gpt2_124m cut to 2 layers, untied, pp 2, 4 micro-batches of 4 × 512, fp32): GPipe's last
     stage held 27.8 B per logit more than one loss's 12, this formula 28."""
     m = num_micro_batches
-    per_logit = m * dtype_bytes + ((m - 1) * 4.0 if all_forwards_first else 0.0)
+    per_logit = m * dtype_bytes + ((m - 1) * DTYPE_BYTES["fp32"] if all_forwards_first else 0)
     return seq_len * micro_batch_size * vocab_size * per_logit
 
 
@@ -593,7 +593,7 @@ def memory_per_device(
         recompute=recompute,
     )
     torch_pipeline = engine == "torch" and layout.pp > 1
-    torch_gpipe = torch_pipeline and (pp_schedule or "gpipe") == "gpipe"
+    torch_gpipe = torch_pipeline and (pp_schedule or DEFAULT_PP_SCHEDULE) == "gpipe"
     in_flight = grad_accum_steps if torch_gpipe else min(layout.pp, grad_accum_steps)
     layer_acts = per_layer * split.num_layers / layout.pp * in_flight
     # Both engines keep the LM head whole under TP (torch_tp replicates it, AutoTP too).
