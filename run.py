@@ -41,9 +41,9 @@ HELP_WIDTH = 100
 # MOTPE, #5995 GPSampler); no real step time, GiB or USD per 1M tokens comes near it.
 WORST_HIGHER_IS_BETTER = 0.0
 WORST_LOWER_IS_BETTER = 1e9
-# For a metric compare.GOALS does not list, its name decides: a rate (…_per_s) or any of
-# HIGHER_WORDS (split on _ and .) means higher is better, else any of LOWER_WORDS lower (bytes
-# per step, GiB per rank, USD per 1M tokens), else higher.
+# For a metric no workload declares (distbench.workloads.metric_catalog), its name decides: a
+# rate (…_per_s) or any of HIGHER_WORDS (split on _ and .) means higher is better, else any of
+# LOWER_WORDS lower (bytes per step, GiB per rank, USD per 1M tokens), else higher.
 HIGHER_WORDS = frozenset({"throughput", "tflops", "mfu", "gbps", "algbw", "busbw"})
 LOWER_WORDS = frozenset(
     {"s", "time", "latency", "mem", "gib", "bytes", "cost", "loss", "err", "alpha"}
@@ -51,11 +51,13 @@ LOWER_WORDS = frozenset(
 
 
 def objective_goal(metric: str) -> str:
-    """ "max" when higher is better for `metric`, else "min" (compare.GOALS, else its name)."""
-    from distbench.tools.compare import GOALS
+    """ "max" when higher is better for `metric`, else "min" (its MetricSpec's goal, else its
+    name)."""
+    from distbench.workloads import metric_catalog
 
-    if metric in GOALS:
-        return GOALS[metric]
+    declared = metric_catalog().get(metric)
+    if declared is not None:
+        return declared.goal
     name = metric.lower()
     words = set(re.split(r"[_.]", name))
     if name.endswith("_per_s") or words & HIGHER_WORDS or not words & LOWER_WORDS:

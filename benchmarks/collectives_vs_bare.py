@@ -55,8 +55,8 @@ def bare_loop(out_path: Path, sizes: list[int], num_warmup: int, num_iters: int)
 
 
 def run_bare(out_dir: Path, n: int, sizes: list[int], num_warmup: int, num_iters: int) -> dict:
-    from distbench.compose.hardware import num_cpu_cores
     from distbench.launch.workers import free_port
+    from distbench.probes.detect import num_cpu_cores
 
     out = out_dir / "bare.json"
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, num_cpu_cores() // n)))

@@ -17,7 +17,7 @@ cost per job. Each training row shows what
 was predicted next to what was measured (peak memory, step time), the precision recipe, the
 optimizer kernel, init time and host peak RSS. Training jobs run with
 `hardware.time_source=measured` (`--time-source`): their step time is predicted from the
-micro-batch's measured parts (compose/step_parts.py), and the efficiency model's figure for the
+micro-batch's measured parts (probes/step_parts.py), and the efficiency model's figure for the
 same job stands beside it; the JSON keeps each job's measured parts. `--device cpu` runs the
 same grid on CPU ranks with the tiny model: that is how the tests run this script where there
 is no GPU.
@@ -50,13 +50,10 @@ sys.path.insert(0, str(PROJECT_DIR / "src"))
 
 from harness_overhead import work_dir  # noqa: E402  (benchmarks/ is this script's dir)
 
-from distbench.compose.hardware import (  # noqa: E402
-    ENGINE_PARTS_FIELDS,
-    STEP_PARTS_FIELDS,
-    gpu_names,
-)
-from distbench.figures.analytic import predict  # noqa: E402
+from distbench.figures.predict import predict  # noqa: E402
 from distbench.job import Job  # noqa: E402
+from distbench.probes.detect import gpu_names  # noqa: E402
+from distbench.probes.parts import ENGINE_PARTS_FIELDS, STEP_PARTS_FIELDS  # noqa: E402
 
 TRAIN_STRATEGIES = ("single", "ddp", "fsdp", "dp", "zero3")
 JOB_TIMEOUT_S = 1800

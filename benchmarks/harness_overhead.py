@@ -60,9 +60,9 @@ from typing import Any
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "src"))
 
-from distbench.compose.hardware import gpu_names, num_cpu_cores  # noqa: E402
 from distbench.figures.metrics import percentile  # noqa: E402
 from distbench.launch.workers import free_port, remove_shm_leftovers, worker_env  # noqa: E402
+from distbench.probes.detect import gpu_names, num_cpu_cores  # noqa: E402
 
 BARE_SCRIPTS = {
     "ddp": PROJECT_DIR / "benchmarks" / "bare" / "bare_train_ddp.py",

@@ -3,15 +3,15 @@
 Runs a small grid on this machine through `run.py` (each job in its own dir under a temporary
 work folder, MLFLOW_TRACKING_URI=sqlite:///<work>/mlflow.db), then predicts every job from its
 own resolved.yaml (`Job.load`: the exact config its ranks ran, hardware figures included) with
-`analytic.pred_vs_measured`, the function that logs `pred_*` beside each run, and compares:
+`figures.predict.pred_vs_measured`, the function that logs `pred_*` beside each run, and compares:
 
     error % = (predicted − measured) / measured × 100
 
 measured peak = `peak_mem_gib` (CPU: the largest rank's peak RSS during the steps; GPU: CUDA
 max allocated), measured step = `step_time_s_p50`. Targets (issue 13): memory within 15 %, step
 time within 30 % for every job. The prediction never reads the job's measurements, but the CPU
-runtime constants (analytic.CPU_RUNTIME_GIB, CPU_COMM_RUNTIME_GIB) were fitted on this grid on this
-host: on CPU the memory figure is a same-host check, not an out-of-sample one.
+runtime constants (figures.memory.CPU_RUNTIME_GIB, CPU_COMM_RUNTIME_GIB) were fitted on this grid on
+this host: on CPU the memory figure is a same-host check, not an out-of-sample one.
 
 Default grid (~8 min on 2 shared cores): model tiny (7M Llama) and `gpt2_2l` (GPT-2 small's
 shapes with 2 layers: 53M parameters, 50k vocab, tied head) × strategies single (1 rank), ddp,
@@ -28,7 +28,7 @@ are that run's α-β fit instead of the constants (figures/links.py); `time_err_
 is the same job predicted on the catalog links, side by side.
 
 The jobs run with the product's `hardware.time_source` (auto: on this machine, the compute term
-is the micro-batch's measured parts, compose/step_parts.py: GEMMs timed at the model's shapes,
+is the micro-batch's measured parts, probes/step_parts.py: GEMMs timed at the model's shapes,
 other kernels at the measured bandwidth, host time per kernel); `--time-source efficiency`
 predicts peak × efficiency instead (`--measured-time` = `--time-source measured`). A job with
 measured parts also gets `time_err_pct_efficiency`: the same job predicted by the efficiency
@@ -58,8 +58,8 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "src"))
 
 from distbench.compose.schema import TIME_SOURCES  # noqa: E402
-from distbench.figures.analytic import pred_vs_measured  # noqa: E402
 from distbench.figures.pred_error import PRED_ERROR_TARGET_PCT  # noqa: E402
+from distbench.figures.predict import pred_vs_measured  # noqa: E402
 from distbench.job import Job  # noqa: E402
 
 MEM_TARGET_PCT = PRED_ERROR_TARGET_PCT["mem"]

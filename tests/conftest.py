@@ -1,4 +1,6 @@
-"""Shared fixtures: compose configs exactly as run.py does (Hydra compose API), and GPU skips.
+"""Shared fixtures: compose configs exactly as run.py does (Hydra compose API), GPU skips, and
+the real runs several tests share (one of each per pytest session): DeepSpeed's compiled CPU op
+and the sweeps of tests/e2e/shared_sweeps.py.
 
 pytest -m unit          # fast layer only
 """
@@ -7,6 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import psutil
@@ -25,6 +30,21 @@ os.environ.setdefault("DISTBENCH_HOME", str(PROJECT_DIR))  # as run.py: experime
 # runs the default itself).
 os.environ["DISTBENCH_TIME_SOURCE"] = "efficiency"
 register_configs()
+
+
+def _rank_extensions_dir() -> str:
+    """Where the ranks keep DeepSpeed's compiled ops (launch.workers.worker_env's choice)."""
+    from distbench.launch.workers import worker_env
+
+    return worker_env("cpu", 1, 1)["TORCH_EXTENSIONS_DIR"]
+
+
+# One compiled-op cache for the whole session: the ranks' and any DeepSpeed code a test runs in
+# this process (torch's own default would be a second dir, and a second ~1 min build).
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", _rank_extensions_dir())
+BUILD_DEEPSPEED_OPS = (
+    "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
+)
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
@@ -75,7 +95,7 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
 
 def measured_parts(gemm_s: float, other_s: float, host_s: float) -> dict:
     """HardwareConfig fields of a micro-batch's measured parts (time_source=measured), as
-    compose/step_parts.py fills them: 2000 kernels, an H100-like floor and bandwidth."""
+    probes/step_parts.py measures them: 2000 kernels, an H100-like floor and bandwidth."""
     return dict(
         time_source="measured",
         micro_batch_gemm_s=gemm_s,
@@ -87,3 +107,45 @@ def measured_parts(gemm_s: float, other_s: float, host_s: float) -> dict:
         kernel_floor_us=2.0,
         measured_mem_bandwidth_gbps=3000.0,
     )
+
+
+@pytest.fixture(scope="session")
+def deepspeed_ops() -> None:
+    """DeepSpeed's CPU communication op, compiled once per session (~1 min on 2 cores, then
+    cached in TORCH_EXTENSIONS_DIR) before the first test that starts ranks: no test pays the
+    build in its own time, and no test kills a rank mid-build (a memory cap, a fault), which
+    would leave the build's lock behind and stall every later DeepSpeed rank. A failed build
+    is a warning here; the DeepSpeed tests then fail with its error."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BUILD_DEEPSPEED_OPS],
+        env=dict(os.environ, DS_ACCELERATOR="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        warnings.warn(f"DeepSpeed's CPU op did not build: {proc.stderr[-2000:]}", stacklevel=1)
+
+
+def _shared(name: str, tmp_path_factory: pytest.TempPathFactory):
+    from tests.e2e.shared_sweeps import shared_sweep
+
+    return shared_sweep(name, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def readme_sweep(deepspeed_ops, tmp_path_factory):
+    """The README's sweep (dp, tp, zero3 at world sizes 2 and 4), run once per session."""
+    return _shared("readme", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def grid_sweep(deepspeed_ops, tmp_path_factory):
+    """Every other training strategy at world_size=2 (tests/e2e/shared_sweeps.py), once."""
+    return _shared("grid", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def inference_sweep(deepspeed_ops, tmp_path_factory):
+    """workload=inference on dp and tp, 2 ranks, run once per session."""
+    return _shared("inference", tmp_path_factory)

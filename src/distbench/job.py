@@ -24,14 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose import checks
-from distbench.compose.hardware import (
-    apply_engine_parts,
-    apply_measured_links,
-    apply_measured_step_parts,
-    ranks_sharing_machine,
-    resolve_hardware,
-    resolve_time_source,
-)
+from distbench.compose.hardware import resolve_hardware
 from distbench.compose.schema import (
     BatchConfig,
     ConfigError,
@@ -42,6 +35,7 @@ from distbench.compose.schema import (
     StrategyConfig,
     TrackingConfig,
     WorkloadConfig,
+    own_strategy_fields,
 )
 
 # The engine a raw torch.distributed workload (gemm, collectives) is tagged with.
@@ -197,9 +191,11 @@ class Job:
         options_key = spec.options_key
         optional = {
             "model": ModelConfig,
-            "strategy": StrategyConfig,
+            "strategy": _strategy_schema(tree.get("strategy")),
             "batch": BatchConfig,
         }
+        if tree.get("strategy"):  # the other engine's unused fields of an older resolved.yaml
+            tree["strategy"] = own_strategy_fields(optional["strategy"], tree["strategy"])
         kwargs = {key: _typed(kind, tree[key]) for key, kind in optional.items() if key in tree}
         known = {
             "workload",
@@ -272,6 +268,13 @@ def _typed(kind: type, values: Any) -> Any:
     return kind(**values)
 
 
+def _strategy_schema(node: dict[str, Any] | None) -> type:
+    """The schema of a strategy node: its engine's (the engine registry's strategy_schema)."""
+    from distbench import engines
+
+    return engines.get_spec(node.get("engine")).strategy_schema if node else StrategyConfig
+
+
 def _node(cfg: DictConfig, key: str, kind: type) -> Any:
     """cfg[key] (resolved) as its schema dataclass."""
     return _typed(kind, OmegaConf.to_container(cfg[key], resolve=True, throw_on_missing=True))
@@ -312,10 +315,11 @@ ROOT_KEYS = {
 }
 
 
-def resolve_job(cfg: DictConfig, conf_dir: Path, measure: bool = True) -> Job:
+def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
     """The composed config → the Job that runs, or ConfigError (one line, numbers in it).
-    `measure=False` starts no probe of this machine (hardware.time_source=measured reads what
-    is cached): for commands that only show or record a job."""
+    Pure: no subprocess, no MLflow store, no probe, no cache. What is measured on this machine
+    (measured peaks, links, a workload's step parts) is attached before launch by
+    distbench/prepare.py's prepare_job."""
     from distbench import engines, workloads
 
     spec = workloads.get(cfg.workload.name)
@@ -329,9 +333,9 @@ def resolve_job(cfg: DictConfig, conf_dir: Path, measure: bool = True) -> Job:
     model = strategy = batch = zero_block = None
     if spec.builds_model:
         model = _node(cfg, "model", ModelConfig)
-        strategy = _node(cfg, "strategy", StrategyConfig)
+        strategy = _node(cfg, "strategy", engines.get_spec(cfg.strategy.engine).strategy_schema)
         batch = _node(cfg, "batch", BatchConfig)
-        checks.model_choices(model, strategy, workload)
+        checks.model_choices(model, workload)
         dp, tp, pp = checks.resolve_degrees(ws, strategy.dp, strategy.tp, strategy.pp)
         engine = engines.get(strategy.engine)
         zero_stage = engine.resolve_zero_stage(strategy, cfg.zero_stage)
@@ -343,27 +347,12 @@ def resolve_job(cfg: DictConfig, conf_dir: Path, measure: bool = True) -> Job:
     else:
         layout = Layout(world_size=ws, dp=ws)
     topology = checks.topology(cfg, layout.tp)
-    hardware_tree = resolve_hardware(
-        OmegaConf.to_container(cfg.hardware, resolve=True), conf_dir, dtypes=[workload.dtype]
-    )
-    tracking = _node(cfg, "tracking", TrackingConfig)
-    if hardware_tree.get("link_source") == "measured":
-        from distbench.tracking.sweep import resolve_tracking_uri
-
-        uri = resolve_tracking_uri(tracking, Path.cwd())
-        apply_measured_links(hardware_tree, uri, tracking.experiment_name)
-    hardware_tree["time_source"] = resolve_time_source(hardware_tree, workload.name)
-    if hardware_tree["time_source"] == "measured" and workload.name == "train":
-        sharing = ranks_sharing_machine(topology.rank_launcher, ws, topology.ranks_per_node)
-        shape = (batch.micro_batch_size, batch.seq_len)
-        apply_measured_step_parts(
-            hardware_tree, model, workload.dtype, *shape, sharing, probe=measure
-        )
+    hardware_tree = resolve_hardware(OmegaConf.to_container(cfg.hardware, resolve=True), conf_dir)
     job = Job(
         workload=workload,
         workload_module=spec.module,
         hardware=_typed(HardwareConfig, hardware_tree),
-        tracking=tracking,
+        tracking=_node(cfg, "tracking", TrackingConfig),
         limits=_node(cfg, "limits", LimitsConfig),
         fault=_node(cfg, "fault", FaultConfig),
         layout=layout,
@@ -382,7 +371,7 @@ def resolve_job(cfg: DictConfig, conf_dir: Path, measure: bool = True) -> Job:
     if job.builds_model:
         engines.get(job.engine).check(job)
     spec.check(job)
-    return apply_engine_parts(job, probe=measure)  # ZeRO-3's host work, time_source=measured
+    return job
 
 
 def _extra_keys(cfg: DictConfig, options_key: str | None) -> dict[str, Any]:

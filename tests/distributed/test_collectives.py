@@ -2,7 +2,10 @@
 
 Every call's result was checked in place by the ranks (a wrong one fails the job); here the
 table must cover every collective and size, report zero error in fp32, and busbw / algbw must
-be nccl-tests' bus factor for n ranks, written out by hand.
+be nccl-tests' bus factor for n ranks, written out by hand. 2 ranks with the standard
+equivalents of three collectives forced; every collective natively on 4 ranks is
+tests/e2e/test_raw_workloads.py's run through run.py. The job runs under the device audit
+(tests/distributed/test_device_audit.py): a tensor made without naming its device fails it.
 
     pytest tests/distributed/test_collectives.py -m distributed
 """
@@ -15,6 +18,7 @@ import json
 import pytest
 
 from distbench.orchestrator import run_job
+from distbench.ranks.worker import DEVICE_AUDIT_ENV
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
 
 pytestmark = pytest.mark.distributed
@@ -47,12 +51,9 @@ def run(tmp_path, overrides):
     return outcome, json.loads((tmp_path / "result.json").read_text()), rows
 
 
-@pytest.mark.parametrize(
-    ("world_size", "emulate"),
-    [(2, sorted(EMULATED)), (4, [])],
-    ids=["2ranks-standard-equivalents", "4ranks-native"],
-)
-def test_every_collective_is_checked_and_busbw_uses_the_bus_factor(tmp_path, world_size, emulate):
+def test_every_collective_is_checked_and_busbw_uses_the_bus_factor(tmp_path, monkeypatch):
+    monkeypatch.setenv(DEVICE_AUDIT_ENV, "1")
+    world_size, emulate = 2, sorted(EMULATED)
     outcome, result, rows = run(
         tmp_path, [f"world_size={world_size}", f"collectives.emulate=[{','.join(emulate)}]"]
     )

@@ -1,6 +1,7 @@
 """The equivalence check catches a strategy that computes something else: with a deliberately
 wrong data split (every replica trains on replica 0's rows) the first-step loss leaves the
-single-device reference and the run is tagged equivalent=false.
+single-device reference and the run is tagged equivalent=false. The sound runs of the same
+strategies (equivalent=true, the same reference) are the session's shared sweeps' jobs.
 
     pytest tests/distributed/test_equivalence_check.py
 """
@@ -9,17 +10,17 @@ from __future__ import annotations
 
 import pytest
 
-from distbench.figures.equivalence import TOLERANCE
 from distbench.orchestrator import run_job
+from distbench.workloads.train.equivalence import TOLERANCE
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
 
 pytestmark = pytest.mark.distributed
 
-FAST = ["tracking=none", "workload.num_warmup_steps=1", "workload.num_steps=1", "world_size=2"]
+FAST = ["tracking=none", "workload.num_warmup_steps=0", "workload.num_steps=1", "world_size=2"]
 
 
 @pytest.mark.parametrize("strategy", ["dp", "ddp"])
-def test_a_wrong_split_is_caught_as_not_equivalent(tmp_path, strategy):
+def test_a_wrong_split_is_caught_as_not_equivalent(tmp_path, readme_sweep, grid_sweep, strategy):
     broken = run_job(
         compose_config([*FAST, f"strategy={strategy}", "fault.kind=wrong_split"]),
         tmp_path / "broken",
@@ -29,8 +30,6 @@ def test_a_wrong_split_is_caught_as_not_equivalent(tmp_path, strategy):
     assert broken["status"] == "FINISHED"
     assert broken["equivalent"] == "false"
     assert broken["metrics"]["loss_rel_err_vs_single"] > TOLERANCE["fp32"]
-    sound = run_job(
-        compose_config([*FAST, f"strategy={strategy}"]), tmp_path / "sound", CONF_DIR, PROJECT_DIR
-    )
+    sound = (readme_sweep if strategy == "dp" else grid_sweep).outcome(strategy)
     assert sound["equivalent"] == "true"
     assert sound["metrics"]["loss_first_single"] == broken["metrics"]["loss_first_single"]

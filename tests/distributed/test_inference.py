@@ -1,24 +1,25 @@
 """workload=inference for real on 2 gloo ranks: data-parallel replicas and DeepSpeed AutoTP
 both finish, and their greedy tokens equal a single-device greedy decode of the same prompts
 (TP also its first-step top logits, to round-off); the metrics count what the ranks generated.
+Both jobs are the session's shared inference sweep (tests/e2e/shared_sweeps.py), read from their
+job dirs.
 
     pytest tests/distributed/test_inference.py -m distributed
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 from distbench.job import resolve_job
-from distbench.orchestrator import run_job
-from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
+from tests.conftest import CONF_DIR, compose_config
+from tests.e2e.shared_sweeps import INFERENCE
 
 pytestmark = pytest.mark.distributed
 
-BATCH, PROMPT, NEW, STEPS = 2, 16, 6, 2
+BATCH, PROMPT = INFERENCE["batch_size"], INFERENCE["prompt_len"]
+NEW, STEPS = INFERENCE["num_new_tokens"], INFERENCE["num_steps"]
 FAST = [
     "tracking=none",
     "workload=inference",
@@ -41,12 +42,13 @@ def single_device_decode(cfg, num_rows: int) -> dict:
     return greedy_decode(model, prompts, NEW, "cpu")
 
 
-def run(tmp_path, strategy: str):
+def job(sweep, strategy: str):
+    """The shared sweep's job: its config (composed as it was), metrics and result.json."""
     cfg = compose_config([*FAST, f"strategy={strategy}"])
-    outcome = run_job(cfg, tmp_path, CONF_DIR, PROJECT_DIR)
+    outcome = sweep.outcome(strategy)
     assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
     assert outcome["decode"] == "eager"  # tagged: inference.cuda_graph=true is "cuda_graph"
-    return cfg, outcome["metrics"], json.loads((tmp_path / "result.json").read_text())
+    return cfg, outcome["metrics"], sweep.result(strategy)
 
 
 def check_metrics(metrics: dict, dp: int) -> None:
@@ -77,8 +79,8 @@ def check_metrics(metrics: dict, dp: int) -> None:
     )
 
 
-def test_data_parallel_replicas_decode_their_own_rows(tmp_path):
-    cfg, metrics, result = run(tmp_path, "dp")
+def test_data_parallel_replicas_decode_their_own_rows(inference_sweep):
+    cfg, metrics, result = job(inference_sweep, "dp")
     assert resolve_job(cfg, CONF_DIR).layout.dp == 2
     check_metrics(metrics, dp=2)
     reference = single_device_decode(cfg, num_rows=2 * BATCH)["tokens"].tolist()
@@ -87,8 +89,8 @@ def test_data_parallel_replicas_decode_their_own_rows(tmp_path):
     assert result["first_step"]["1"]["tokens"] == reference[BATCH:]
 
 
-def test_tensor_parallel_equals_single_device_greedy_decode(tmp_path):
-    cfg, metrics, result = run(tmp_path, "tp")
+def test_tensor_parallel_equals_single_device_greedy_decode(inference_sweep):
+    cfg, metrics, result = job(inference_sweep, "tp")
     assert resolve_job(cfg, CONF_DIR).layout.tp == 2
     check_metrics(metrics, dp=1)
     assert [r["tp_rank"] for r in result["ranks"]] == [0, 1]

@@ -1,5 +1,6 @@
 """A job dir rerun (a retried sweep into the same hydra.sweep.dir) never reads an earlier
-attempt's files, and a SIGKILLed orchestrator takes its torchrun and ranks along.
+attempt's files. (A SIGKILLed orchestrator taking its torchrun, its ranks and their /dev/shm
+files along: tests/e2e/test_live_runs.py's SIGKILL test.)
 
     pytest tests/distributed/test_reruns_and_orphans.py
 """
@@ -8,9 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +16,6 @@ import pytest
 
 from distbench.orchestrator import run_job
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
-from tests.e2e.test_faults import processes_mentioning
 
 pytestmark = pytest.mark.distributed
 
@@ -38,11 +35,11 @@ def run(job_dir: Path, overrides: list[str]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def finished_job_dir(tmp_path_factory) -> Path:
-    """The dir of a job that ran and FINISHED: its result.json and heartbeats are there."""
-    job_dir = tmp_path_factory.mktemp("earlier") / "job"
-    outcome = run(job_dir, [])
-    assert outcome["status"] == "FINISHED", outcome
+def finished_job_dir(inference_sweep) -> Path:
+    """The dir of a job that ran and FINISHED (the shared inference sweep's dp job): its
+    result.json and heartbeats are there."""
+    job_dir = inference_sweep.job_dir("dp")
+    assert inference_sweep.outcome("dp")["status"] == "FINISHED"
     assert (job_dir / "result.json").exists() and (job_dir / "heartbeat" / "rank1").exists()
     return job_dir
 
@@ -65,53 +62,3 @@ def test_an_earlier_attempts_heartbeats_do_not_stop_a_healthy_rerun(finished_job
         os.utime(beat, (long_ago, long_ago))
     outcome = run(job_dir, ["limits.stall_timeout_s=300"])
     assert outcome["status"] == "FINISHED", outcome
-
-
-def pythonpath() -> str:
-    """The child's: what this process was given first, then the project (for tests.conftest)."""
-    return os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(PROJECT_DIR)]))
-
-
-ORCHESTRATOR = """
-import sys
-from pathlib import Path
-from distbench.orchestrator import run_job
-from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
-run_job(compose_config(sys.argv[2:]), Path(sys.argv[1]), CONF_DIR, PROJECT_DIR)
-"""
-
-
-def test_a_sigkilled_orchestrator_takes_torchrun_and_every_rank_along(tmp_path):
-    job_dir = tmp_path / "job"
-    stall = ["fault.kind=stall", "fault.rank=1", "fault.at_step=1", "limits.stall_timeout_s=600"]
-    orchestrator = subprocess.Popen(
-        [sys.executable, "-c", ORCHESTRATOR, str(job_dir), *FAST, *stall],
-        cwd=PROJECT_DIR,
-        stdout=subprocess.DEVNULL,
-        env=dict(os.environ, PYTHONPATH=pythonpath()),
-    )
-    try:
-        deadline = time.monotonic() + 240
-        beat = job_dir / "heartbeat" / "rank1"  # rank 1 is at step 1, sleeping: a stall
-        while not (beat.exists() and beat.read_text() == "1"):
-            assert orchestrator.poll() is None, "the orchestrator ended before the stall"
-            assert time.monotonic() < deadline, "rank 1 never reached its stall"
-            time.sleep(0.5)
-        workers = processes_mentioning(str(job_dir))
-        assert len(workers) >= 3  # torchrun and two ranks
-        port = next(arg for w in workers for arg in w.cmdline() if arg.startswith("--master_p"))
-        shm_files = f"*_127.0.0.1_{port.split('=')[1]}_*"  # DeepSpeed's, 66 MB a rank
-        orchestrator.send_signal(signal.SIGKILL)
-        orchestrator.wait()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and (
-            processes_mentioning(str(job_dir)) or list(Path("/dev/shm").glob(shm_files))
-        ):
-            time.sleep(0.2)
-        left = [(p.pid, p.status(), p.cmdline()) for p in processes_mentioning(str(job_dir))]
-        assert left == [], "workers outlived their orchestrator"
-        assert not list(Path("/dev/shm").glob(shm_files)), "the killed ranks' shm files stayed"
-    finally:
-        orchestrator.kill()
-        for proc in processes_mentioning(str(job_dir)):  # what the test itself started
-            proc.kill()

@@ -6,6 +6,10 @@ rows per micro-step; `strategy=single` with micro_batch_size × dp rows computes
 one device. The first-step loss (before any update) must match to 1e-5 relative (fp32); the
 later steps (after AdamW updates from the synced gradients) to 1e-4.
 
+The 2-rank jobs, DeepSpeed's AutoTP × DP on 4 ranks and `single` on 2 rows are the session's
+shared sweeps (tests/e2e/shared_sweeps.py); torch_tp × FSDP on 4 ranks, 3D on 8 and the
+pipeline's memory run here.
+
     pytest tests/distributed/test_torch_engine.py -m distributed
     pytest tests/distributed/test_torch_engine.py -k 3d   # TP × PP × DP on 8 ranks, ~1.5 min
 """
@@ -33,9 +37,10 @@ def run(tmp_path, overrides):
 
 
 @pytest.fixture(scope="module")
-def single_losses(tmp_path_factory):
-    """Losses of strategy=single on a global batch of `rows` rows per micro-step (cached)."""
-    cache: dict[int, list[float]] = {}
+def single_losses(tmp_path_factory, grid_sweep):
+    """Losses of strategy=single on a global batch of `rows` rows per micro-step: 2 rows from
+    the grid sweep's `single` job, others run here once (the same steps)."""
+    cache: dict[int, list[float]] = {MICRO_BATCH_SIZE: grid_sweep.result("single", 1)["losses"]}
 
     def losses(rows: int) -> list[float]:
         if rows not in cache:
@@ -65,36 +70,32 @@ def assert_grid(result, shape):
 
 
 @pytest.mark.parametrize(
-    ("strategy", "extra", "shape"),
-    [
-        ("ddp", [], (2, 1, 1)),
-        ("fsdp", [], (2, 1, 1)),
-        ("torch_tp", [], (1, 1, 2)),
-        ("torch_pp", ["strategy.pp_schedule=gpipe"], (1, 2, 1)),
-        ("torch_pp", ["strategy.pp_schedule=1f1b"], (1, 2, 1)),
-    ],
-    ids=["ddp", "fsdp", "torch_tp", "torch_pp-gpipe", "torch_pp-1f1b"],
+    ("strategy", "shape"),
+    [("ddp", (2, 1, 1)), ("fsdp", (2, 1, 1)), ("torch_tp", (1, 1, 2)), ("torch_pp", (1, 2, 1))],
+    ids=["ddp", "fsdp", "torch_tp", "torch_pp"],
 )
-def test_torch_strategy_on_two_ranks_equals_single(tmp_path, single_losses, strategy, extra, shape):
-    outcome, result = run(tmp_path, [f"strategy={strategy}", "world_size=2", *extra])
+def test_torch_strategy_on_two_ranks_equals_single(grid_sweep, single_losses, strategy, shape):
+    """The grid sweep's job (torch_pp: its default schedule, gpipe; 1f1b is 3d's, below)."""
+    outcome, result = grid_sweep.outcome(strategy), grid_sweep.result(strategy)
+    assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
     assert result["backend"] == "gloo" and len(result["ranks"]) == 2
     assert outcome["engine"] == "torch" and outcome["metrics"]["step_time_s_p50"] > 0
     assert_grid(result, shape)
     assert_same_losses(result, single_losses(shape[0] * MICRO_BATCH_SIZE))
 
 
-@pytest.mark.parametrize(
-    ("overrides", "shape"),
-    [
-        (["strategy=torch_tp"], (2, 1, 2)),  # TP inside, FSDP2 across the 2 replicas
-        (["strategy=tp", "zero_stage=1"], (2, 1, 2)),  # DeepSpeed AutoTP × ZeRO-1
-    ],
-    ids=["torch_tp-x-fsdp", "deepspeed-autotp-x-zero1"],
-)
-def test_tp_times_dp_on_four_ranks_equals_single(tmp_path, single_losses, overrides, shape):
-    _, result = run(tmp_path, [*overrides, "world_size=4"])
-    assert_grid(result, shape)
-    assert_same_losses(result, single_losses(shape[0] * MICRO_BATCH_SIZE))
+def test_torch_tp_times_fsdp_on_four_ranks_equals_single(tmp_path, single_losses):
+    """TP inside, FSDP2 across the 2 replicas."""
+    _, result = run(tmp_path, ["strategy=torch_tp", "world_size=4"])
+    assert_grid(result, (2, 1, 2))
+    assert_same_losses(result, single_losses(2 * MICRO_BATCH_SIZE))
+
+
+def test_deepspeed_autotp_times_dp_on_four_ranks_equals_single(readme_sweep, single_losses):
+    """The README sweep's tp job on 4 ranks: AutoTP inside, 2 data-parallel replicas."""
+    result = readme_sweep.result("tp", 4)
+    assert_grid(result, (2, 1, 2))
+    assert_same_losses(result, single_losses(2 * MICRO_BATCH_SIZE))
 
 
 @pytest.mark.slow  # 8 ranks time-share 2 cores: ~1.5 min here
@@ -107,7 +108,7 @@ def test_3d_on_eight_ranks_equals_single(tmp_path, single_losses):
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_torch_pp_last_stage_peak_is_predicted(tmp_path, schedule):
     """torch_pp's last stage keeps every micro-batch's logits until the step ends, and under
-    GPipe each one's saved log-softmax too (`analytic.pipeline_logits_held_bytes`): with GPT-2's
+    GPipe each one's saved log-softmax too (`activations.pipeline_logits_held_bytes`): with GPT-2's
     50k-token vocabulary that is most of its peak. Counting one micro-batch's loss, as the
     unpipelined engines hold (and all m micro-batches' layers under 1F1B), missed these peaks by
     -34 % (GPipe) and -25 % (1F1B); with the held logits, +6.5 % and -3.6 % (2026-11-26)."""
@@ -115,6 +116,7 @@ def test_torch_pp_last_stage_peak_is_predicted(tmp_path, schedule):
     overrides += ["model=gpt2_124m", "model.num_layers=2", "model.tie_word_embeddings=false"]
     overrides += ["batch.micro_batch_size=2", "batch.seq_len=512", "batch.grad_accum_steps=4"]
     outcome, _ = run(tmp_path, overrides)
+    assert outcome["equivalent"] == "true"  # the schedule computes the single-device loss
     metrics = outcome["metrics"]
     assert metrics["peak_mem_gib_rank1"] > metrics["peak_mem_gib_rank0"]  # the last stage
     assert abs(metrics["mem_pred_rel_err"]) < 0.15, metrics

@@ -1,7 +1,6 @@
-"""hardware.peak_source=measured for real: `python -m distbench.compose.calibrate`
-times a GEMM on this
-CPU (one thread) and caches it; the shared tiny sweep ran with the measured peak; a calibration
-that fails leaves the catalog peak with the reason."""
+"""hardware.peak_source=measured for real: `python -m distbench.probes.calibrate` times a GEMM
+on this CPU (one thread) and caches it; the session's shared README sweep ran with the measured
+peak; a calibration that fails leaves the catalog peak with the reason."""
 
 from __future__ import annotations
 
@@ -12,16 +11,19 @@ import sys
 
 import pytest
 
-from distbench.compose import calibrate, hardware
-from tests.conftest import CONF_DIR
-from tests.e2e.tiny_sweep import Sweep, shared_sweep
+from distbench.job import resolve_job
+from distbench.prepare import prepare_job
+from distbench.probes import calibrate
+from distbench.probes.detect import device_name
+from tests.conftest import CONF_DIR, compose_config
+from tests.e2e.shared_sweeps import Sweep
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory) -> Sweep:
-    return shared_sweep(tmp_path_factory)
+def sweep(readme_sweep) -> Sweep:
+    return readme_sweep
 
 
 def calibrate_cpu(cache_dir) -> dict:
@@ -29,7 +31,7 @@ def calibrate_cpu(cache_dir) -> dict:
     cmd = [
         sys.executable,
         "-m",
-        "distbench.compose.calibrate",
+        "distbench.probes.calibrate",
         "--device",
         "cpu",
         "--dtype",
@@ -53,7 +55,7 @@ def test_the_sweep_ran_with_the_measured_peak_of_this_machine(sweep):
     from mlflow.tracking import MlflowClient
 
     cache = json.loads((sweep.root / "cache" / "peak_tflops.json").read_text())
-    key = calibrate.cache_key(hardware._device_name("cpu"), "fp32", 1)
+    key = calibrate.cache_key(device_name("cpu"), "fp32", 1)
     client = MlflowClient(sweep.tracking_uri)
     for run_id in sweep.child_run_ids:
         params = client.get_run(run_id).data.params
@@ -63,9 +65,9 @@ def test_the_sweep_ran_with_the_measured_peak_of_this_machine(sweep):
 
 def test_a_failed_calibration_keeps_the_catalog_peak_and_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
-    hw = hardware.resolve_hardware(
-        {"name": "cpu", "device": "cpu", "peak_source": "measured"}, CONF_DIR, dtypes=["fp64"]
-    )
-    assert hw["peak_source"] == "catalog"
-    assert "calibrate exited 2" in hw["peak_calibration_error"]
-    assert hw["peak_tflops_fp32"] > 0
+    monkeypatch.setattr(calibrate, "MODULE", "distbench.probes.no_such_probe")  # exits 1
+    job = resolve_job(compose_config(["hardware=cpu", "hardware.peak_source=measured"]), CONF_DIR)
+    hw = prepare_job(job).hardware
+    assert hw.peak_source == "catalog"
+    assert "no_such_probe exited 1" in hw.peak_calibration_error
+    assert hw.peak_tflops_fp32 == job.hardware.peak_tflops_fp32 > 0

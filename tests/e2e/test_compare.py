@@ -1,10 +1,12 @@
 """`distbench compare` against a real sqlite MLflow store: an injected regression is flagged
 (exit 1), an unchanged rerun passes (exit 0), bad input exits 2 in one line, the comparison is
-logged as a run tagged distbench.kind=compare; and two real 1-job sweeps of one config pass.
+logged as a run tagged distbench.kind=compare; and a real sweep compared with a real rerun of
+one of its configurations passes.
 
 The injected sweeps are logged with MLflow's own client (compare only reads runs, so controlled
-metric values are the honest way to inject a regression); the pair of real sweeps goes through
-run.py, and relies on the noise rule not to flag run-to-run jitter.
+metric values are the honest way to inject a regression); the real pair is the session's shared
+README sweep (in a copy of its store) and a 1-job sweep of its dp config through run.py, and
+relies on the noise rule not to flag run-to-run jitter.
 
     pytest tests/e2e/test_compare.py
 """
@@ -202,36 +204,39 @@ def test_a_child_run_is_not_a_sweep(store):
     assert "not a sweep's parent run" in proc.stderr
 
 
-def test_two_real_sweeps_of_one_config_are_not_flagged(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = dict(os.environ, MLFLOW_TRACKING_URI=uri)
-    args = ["-m", "strategy=dp", "world_size=2", "model=tiny"]
-    args += ["workload.num_warmup_steps=1", "workload.num_steps=4"]
-    for i in range(2):
-        proc = subprocess.run(
-            [sys.executable, str(PROJECT_DIR / "run.py"), *args, f"hydra.sweep.dir={tmp_path}/{i}"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1200,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
+def test_a_real_rerun_of_one_config_is_paired_and_not_flagged(readme_sweep, tmp_path):
+    uri = readme_sweep.copy_store(tmp_path)
+    env = readme_sweep.env(uri)  # its store copy, and its cache: the same measured peak
+    args = [a for a in readme_sweep.args if not a.startswith(("strategy=", "world_size="))]
+    proc = subprocess.run(
+        [
+            *(sys.executable, str(PROJECT_DIR / "run.py"), "-m", "strategy=dp", "world_size=2"),
+            *(*args, f"hydra.sweep.dir={tmp_path}/rerun"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(uri)
     experiment_id = client.get_experiment_by_name("distbench").experiment_id
     runs = client.search_runs([experiment_id], order_by=["attributes.start_time ASC"])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 2 and len(children) == 2
-    assert len({r.data.tags["distbench.signature"] for r in children}) == 1  # one config
+    rerun = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[1].info.run_id]
+    assert parents[0].info.run_id == readme_sweep.parent_run_id and len(rerun) == 1
+    dp = readme_sweep.child("dp", 2)
+    assert rerun[0].data.tags["distbench.signature"] == dp.data.tags["distbench.signature"]
 
-    # One 4-step run per sweep on a shared 2-core CI machine: run-to-run throughput differs by
+    # One 2-step run per sweep on a shared 2-core CI machine: run-to-run throughput differs by
     # more than 5 % (CI saw -6.1 % with a 3 % step spread). What this test checks is that two
     # real sweeps pair up by signature and reach a verdict, so the threshold covers that machine
-    # noise; the 5 % rule itself is tested on fixed samples above.
+    # noise; the 5 % rule itself is tested on fixed samples above. The README sweep's other
+    # configurations are only in the baseline: not compared, not a regression.
     proc = distbench(
         env, tmp_path, "compare", "--baseline", parents[0].info.run_id, "--threshold-pct", "40"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "no regression in 1 configuration(s)" in proc.stdout
-    assert parents[1].info.run_id in proc.stdout  # latest = the second sweep
+    assert parents[1].info.run_id in proc.stdout  # latest = the rerun

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from distbench.compose.hardware import gpu_names
+from distbench.probes.detect import gpu_names
 from tests.conftest import PROJECT_DIR
 
 pytestmark = pytest.mark.e2e

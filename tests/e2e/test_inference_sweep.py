@@ -1,5 +1,6 @@
 """workload=inference swept over dp and tp through run.py into a real sqlite MLflow store:
-two FINISHED child runs carrying the inference metrics, read back with mlflow.
+two FINISHED child runs carrying the inference metrics, read back with mlflow (the session's
+shared inference sweep, tests/e2e/shared_sweeps.py).
 
     pytest tests/e2e/test_inference_sweep.py -m e2e
 """
@@ -9,7 +10,8 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from tests.e2e.test_sweep import run_py, runs_of
+from tests.e2e.shared_sweeps import INFERENCE
+from tests.e2e.test_sweep import runs_in
 
 pytestmark = pytest.mark.e2e
 
@@ -30,34 +32,18 @@ METRICS = [
 ]
 
 
-def test_dp_and_tp_inference_sweep_lands_two_finished_runs(tmp_path):
-    proc = run_py(
-        [
-            "-m",
-            "workload=inference",
-            "strategy=dp,tp",
-            "world_size=2",
-            "hardware=cpu",
-            "inference.prompt_len=16",
-            "inference.batch_size=2",
-            "inference.num_new_tokens=4",
-            "workload.num_warmup_steps=1",
-            "workload.num_steps=2",
-            f"hydra.sweep.dir={tmp_path}/sweep",
-        ],
-        tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
+def test_dp_and_tp_inference_sweep_lands_two_finished_runs(inference_sweep):
+    children = runs_in(inference_sweep.tracking_uri).dropna(subset=["tags.mlflow.parentRunId"])
     assert sorted(children["params.strategy.name"]) == ["dp", "tp"]
     assert sorted(children["tags.strategy"]) == ["dp", "tp"]
     assert sorted(children["tags.mlflow.runName"]) == ["inference-dp-ws2", "inference-tp-ws2"]
     assert set(children["status"]) == {"FINISHED"}
     assert set(children["tags.workload"]) == {"inference"}
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    client = mlflow.MlflowClient(inference_sweep.tracking_uri)
+    batch, new, steps = (INFERENCE[k] for k in ("batch_size", "num_new_tokens", "num_steps"))
     for _, run in children.iterrows():
         for metric in METRICS:
             assert run[f"metrics.{metric}"] > 0, (run["params.strategy.name"], metric)
         dp = 2 if run["params.strategy.name"] == "dp" else 1
-        assert run["metrics.num_generated_tokens"] == 2 * 4 * dp * 2  # batch·new·dp·steps
-        assert len(client.get_metric_history(run.run_id, "latency_s")) == 3  # warm-up too
+        assert run["metrics.num_generated_tokens"] == batch * new * dp * steps
+        assert len(client.get_metric_history(run.run_id, "latency_s")) == steps + 1  # warm-up

@@ -1,7 +1,8 @@
 """Two "nodes" on one machine: two torchrun agents (`--nnodes=2`, c10d rendezvous on 127.0.0.1)
 run one job together through run.py, the path `srun` takes on a cluster. Each engine's job lands
 FINISHED with its topology tags and the single-device loss; a rank killed on the second node
-fails the job as a crash of that rank, and no agent or rank outlives it.
+fails the job as a crash of that rank, and no agent or rank outlives it. One rank per node: each
+agent is the torchrun of a node, whatever its local rank count (torchrun's own).
 
     pytest tests/e2e/test_multinode.py
 """
@@ -32,7 +33,7 @@ def test_two_local_nodes_run_one_job_on_both_engines(tmp_path):
         [
             "-m",
             "strategy=ddp,dp",
-            "world_size=4",
+            "world_size=2",
             *TWO_NODES,
             *FEW_STEPS,
             f"hydra.sweep.dir={tmp_path}/sweep",
@@ -45,7 +46,7 @@ def test_two_local_nodes_run_one_job_on_both_engines(tmp_path):
     assert sorted(children.index) == ["ddp", "dp"]
     assert (children["status"] == "FINISHED").all(), children.get("tags.failure_reason")
     assert set(children["tags.num_nodes"]) == {"2"}
-    assert set(children["tags.ranks_per_node"]) == {"2"}
+    assert set(children["tags.ranks_per_node"]) == {"1"}
     assert set(children["tags.rank_launcher"]) == {"local_nodes"}
     assert (children["tags.equivalent"] == "true").all()
     assert (children["metrics.throughput_tokens_per_s"] > 0).all()

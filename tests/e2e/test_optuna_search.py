@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import PROJECT_DIR
-from tests.e2e.tiny_sweep import parents_and_children
+from tests.e2e.shared_sweeps import parents_and_children
 
 pytestmark = pytest.mark.e2e
 

@@ -2,7 +2,8 @@
 unset, an unresolvable ${oc.env:...} override) becomes a FAILED child with its reason and
 the sweep goes on to its summary; SIGTERM to the sweep records the running job as `cancelled`,
 kills its ranks and closes the parent run; a CPU world size this machine cannot host is refused
-in one line before anything starts.
+in one line before anything starts; a resumed sweep (the README's, shared by the session)
+reports its whole grid. (SIGKILL to the sweep: tests/e2e/test_live_runs.py.)
 
     pytest tests/e2e/test_orchestrator_faults.py
 """
@@ -18,9 +19,8 @@ import time
 
 import pytest
 
-from tests.conftest import PROJECT_DIR
-from tests.e2e.test_faults import processes_mentioning
-from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of, sync_py
+from tests.conftest import PROJECT_DIR, processes_mentioning
+from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
 
 pytestmark = pytest.mark.e2e
 
@@ -99,25 +99,21 @@ def test_more_cpu_ranks_than_this_machine_can_host_are_refused_in_one_line(tmp_p
     assert "per core" in last
 
 
-def test_a_resumed_sweep_reports_the_whole_grid_with_the_earlier_figures(tmp_path):
+def test_a_resumed_sweep_reports_the_whole_grid_with_the_earlier_figures(readme_sweep, tmp_path):
     from distbench.tools.report import load_runs
 
-    grid = ["-m", "strategy=dp,zero1", "world_size=2", *FEW_STEPS]
-    first = run_py([*grid, f"hydra.sweep.dir={tmp_path}/s1"], tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
-    again = run_py([*grid, "resume=true", f"hydra.sweep.dir={tmp_path}/s2"], tmp_path)
+    uri = readme_sweep.copy_store(tmp_path)  # the same store as run_py's, written here only
+    args = ["-m", *readme_sweep.args, "resume=true", f"hydra.sweep.dir={tmp_path}/s2"]
+    again = run_py(args, tmp_path, env=readme_sweep.env(uri))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("SKIPPED (earlier FINISHED)") == 2
-    outcomes = [json.loads((tmp_path / "s2" / str(i) / "outcome.json").read_text()) for i in (0, 1)]
+    assert again.stdout.count("SKIPPED (earlier FINISHED)") == 6
+    outcomes = [json.loads(p.read_text()) for p in sorted((tmp_path / "s2").glob("*/outcome.json"))]
+    assert len(outcomes) == 6
     assert all(o["status"] == "SKIPPED" and o["metrics"]["step_time_s_p50"] > 0 for o in outcomes)
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
     latest = load_runs(uri, "latest")  # the resumed sweep: every job of its grid, none rerun
     earlier = {o["previous_run_id"] for o in outcomes}
-    assert {r.info.run_id for r in latest.runs} == earlier
-    assert (
-        latest.parent_run_id
-        != load_runs(uri, latest.runs[0].data.tags["mlflow.parentRunId"]).parent_run_id
-    )
+    assert {r.info.run_id for r in latest.runs} == earlier == set(readme_sweep.child_run_ids)
+    assert latest.parent_run_id != readme_sweep.parent_run_id
 
 
 def test_a_job_dir_that_cannot_be_written_still_lands_its_failed_run(tmp_path, monkeypatch):
@@ -139,48 +135,3 @@ def test_a_job_dir_that_cannot_be_written_still_lands_its_failed_run(tmp_path, m
     assert run["status"] == "FAILED" and run["tags.failure_kind"] == "orchestrator_error"
     assert "NotADirectoryError" in run["tags.spool_error"]
     assert run["params.strategy.name"] == "dp"
-
-
-def test_a_sigkilled_sweep_leaves_no_rank_and_sync_records_the_job_and_closes_the_parent(
-    tmp_path,
-):
-    sweep_dir = tmp_path / "sweep"
-    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
-    grid = ["-m", "world_size=2", "fault.kind=stall,none", "fault.rank=1", "fault.at_step=1"]
-    sweep = subprocess.Popen(
-        [
-            *(sys.executable, str(PROJECT_DIR / "run.py"), *grid, *FEW_STEPS),
-            *("limits.stall_timeout_s=600", f"hydra.sweep.dir={sweep_dir}"),
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    beat = sweep_dir / "0" / "heartbeat" / "rank1"  # rank 1 sleeping at step 1: a stall
-    deadline = time.monotonic() + 300
-    while not (beat.exists() and beat.read_text() == "1"):
-        assert sweep.poll() is None, "the sweep ended before the stall"
-        assert time.monotonic() < deadline, "rank 1 never reached its stall"
-        time.sleep(0.5)
-    sweep.send_signal(signal.SIGKILL)
-    sweep.wait()
-    deadline = time.monotonic() + 10
-    while processes_mentioning(str(sweep_dir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not processes_mentioning(str(sweep_dir)), "ranks outlived their orchestrator"
-    runs = runs_of(tmp_path)
-    # the parent and the job's live run (created RUNNING at its start), left open by the kill
-    assert list(runs["status"]) == ["RUNNING", "RUNNING"]
-    sync = sync_py(sweep_dir, tmp_path)
-    assert sync.returncode == 0, sync.stderr[-2000:]
-    assert "1 job(s) whose orchestrator died recorded as orchestrator_lost" in sync.stdout
-    runs = runs_of(tmp_path)
-    parent = runs[runs["tags.mlflow.parentRunId"].isna()].iloc[0]
-    assert parent["status"] == "KILLED" and parent["tags.num_not_run"] == "1"
-    child = runs.dropna(subset=["tags.mlflow.parentRunId"]).iloc[0]
-    assert child["tags.mlflow.parentRunId"] == parent["run_id"]
-    assert (child["status"], child["tags.failure_kind"]) == ("FAILED", "orchestrator_lost")
-    assert child["params.fault.kind"] == "stall"
-    again = sync_py(sweep_dir, tmp_path)
-    assert "0 uploaded, 1 already in the store" in again.stdout and len(runs_of(tmp_path)) == 2

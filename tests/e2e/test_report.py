@@ -1,6 +1,8 @@
-"""`distbench report` on a real tiny sweep in a real sqlite store: the report folder, its plots
-(embedded in report.html; no scaling plot at one world size), the grid with each run linked, the
-artifacts and description it leaves on the sweep's parent run, and the csv export."""
+"""`distbench report` on a real sweep in a real sqlite store (the README's, dp/tp/zero3 at 2 and
+4 ranks, shared by the session: tests/e2e/shared_sweeps.py): the report folder, its plots
+(embedded in report.html; the scaling plot, since configurations ran at two world sizes), the
+grid with each run linked, the artifacts and description it leaves on the sweep's parent run,
+and the csv export; a sweep at one world size (the shared grid) has no scaling section."""
 
 from __future__ import annotations
 
@@ -14,22 +16,23 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from tests.e2e.tiny_sweep import Sweep, shared_sweep
+from tests.e2e.shared_sweeps import Sweep
 
 pytestmark = pytest.mark.e2e
 
-PLOTS = (  # the sweep ran at one world size: no scaling_efficiency.png
+PLOTS = (  # in the order report.html embeds them
     "throughput_tflops.png",
     "peak_mem_per_rank.png",
     "pareto_throughput_vs_memory.png",
     "cost_per_1m_tokens.png",
+    "scaling_efficiency.png",  # dp, tp and zero3 each ran on 2 and 4 ranks
     "pred_error_over_time.png",  # the sweep's runs logged their prediction errors
 )
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory) -> Sweep:
-    return shared_sweep(tmp_path_factory)
+def sweep(readme_sweep) -> Sweep:
+    return readme_sweep
 
 
 def distbench_report(sweep: Sweep, *args: str) -> subprocess.CompletedProcess:
@@ -60,8 +63,8 @@ def test_report_of_the_latest_sweep_writes_tables_plots_and_logs_them_on_the_par
     for name in sweep.child_run_names:
         assert f"| [{name}](" in md
     assert "## Predicted vs measured" in md and "pred_peak_mem_gib" in md
-    assert "no configuration ran at two or more world sizes" in md
-    assert not (out / "scaling_efficiency.png").exists()
+    scaling = md.split("## Scaling efficiency")[1].split("## ")[0]
+    assert "no configuration ran at two or more world sizes" not in scaling and "|" in scaling
     html = (out / "report.html").read_text()
     assert "<table" in html
     for run_id in sweep.child_run_ids:  # no server known (sqlite): relative to the UI's root
@@ -104,8 +107,8 @@ def test_report_csv_of_a_sweep_by_id_is_the_flat_table_of_its_children(sweep, tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = pd.read_csv(tmp_path / "runs.csv")
     assert tuple(sorted(table["run_id"])) == sweep.child_run_ids
-    assert set(table["strategy"]) == {"dp", "zero1"}
-    assert (table["world_size"] == 2).all()
+    assert set(table["strategy"]) == {"dp", "tp", "zero3"}
+    assert sorted(table["world_size"]) == [2, 2, 2, 4, 4, 4]
     assert (table["throughput_tokens_per_s"] > 0).all()
     assert table["peak_mem_gib_rank1"].notna().all()
     assert not (tmp_path / "report.md").exists()  # csv only
@@ -117,3 +120,14 @@ def test_report_of_an_unknown_run_fails_in_one_line(sweep, tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"distbench: report: no run '{'0' * 32}' in {sweep.tracking_uri}"
     ]
+
+
+def test_a_sweep_at_one_world_size_has_no_scaling_section_or_plot(grid_sweep, tmp_path):
+    out = tmp_path / "report"
+    proc = distbench_report(
+        grid_sweep, "--sweep", grid_sweep.parent_run_id, "--out", str(out), "--no-log"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no configuration ran at two or more world sizes" in (out / "report.md").read_text()
+    assert not (out / "scaling_efficiency.png").exists()
+    assert (out / "throughput_tflops.png").exists()

@@ -1,5 +1,7 @@
 """Resume, spool + sync against a tracking server that is down and then up, and two sweeps at
-once against one fresh sqlite store: everything measured lands, exactly once.
+once against one fresh sqlite store: everything measured lands, exactly once. The resumed sweep
+first shows an impossible job inside a sweep: a FAILED run (invalid_config) with its reason, and
+the sweep goes on to a real job.
 
     pytest tests/e2e/test_survive.py
 """
@@ -20,11 +22,12 @@ from mlflow.tracking import MlflowClient
 
 from distbench.launch.workers import free_port
 from tests.conftest import PROJECT_DIR
+from tests.e2e.test_live_runs import assert_real_times
 from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of, sync_py
 
 pytestmark = pytest.mark.e2e
 
-ONE_GOOD_ONE_INVALID = ["-m", "strategy=tp", "strategy.tp=2,3", "world_size=2", *FEW_STEPS]
+ONE_INVALID_ONE_GOOD = ["-m", "strategy=tp", "strategy.tp=3,2", "world_size=2", *FEW_STEPS]
 
 
 def outcome(sweep_dir, job):
@@ -33,18 +36,25 @@ def outcome(sweep_dir, job):
 
 def test_resume_skips_what_finished_and_reruns_failed_only_when_asked(tmp_path):
     sweep = ["hydra.sweep.dir=" + str(tmp_path / "s1")]
-    assert run_py([*ONE_GOOD_ONE_INVALID, *sweep], tmp_path).returncode == 0
+    first = run_py([*ONE_INVALID_ONE_GOOD, *sweep], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
+    assert sorted(children["status"]) == ["FAILED", "FINISHED"]  # tp(3) refused, tp(2) ran
+    failed = children[children["status"] == "FAILED"].iloc[0]
+    assert failed["tags.failure_kind"] == "invalid_config"
+    assert "dp(" in failed["tags.failure_reason"] or "tp(3)" in failed["tags.failure_reason"]
+    assert failed["params.strategy.tp"] == "3"
     again = run_py(
-        [*ONE_GOOD_ONE_INVALID, "hydra.sweep.dir=" + str(tmp_path / "s2"), "resume=true"], tmp_path
+        [*ONE_INVALID_ONE_GOOD, "hydra.sweep.dir=" + str(tmp_path / "s2"), "resume=true"], tmp_path
     )
     assert again.returncode == 0, again.stderr[-2000:]
     assert [outcome(tmp_path / "s2", j)["status"] for j in (0, 1)] == ["SKIPPED", "SKIPPED"]
-    assert "already FINISHED" in outcome(tmp_path / "s2", 0)["skipped_reason"]
-    assert "retry_failed=true reruns it" in outcome(tmp_path / "s2", 1)["skipped_reason"]
+    assert "retry_failed=true reruns it" in outcome(tmp_path / "s2", 0)["skipped_reason"]
+    assert "already FINISHED" in outcome(tmp_path / "s2", 1)["skipped_reason"]
     assert "SKIPPED" in again.stdout
     retry = run_py(
         [
-            *ONE_GOOD_ONE_INVALID,
+            *ONE_INVALID_ONE_GOOD,
             "hydra.sweep.dir=" + str(tmp_path / "s3"),
             "resume=true",
             "retry_failed=true",
@@ -52,7 +62,7 @@ def test_resume_skips_what_finished_and_reruns_failed_only_when_asked(tmp_path):
         tmp_path,
     )
     assert retry.returncode == 0
-    assert [outcome(tmp_path / "s3", j)["status"] for j in (0, 1)] == ["SKIPPED", "FAILED"]
+    assert [outcome(tmp_path / "s3", j)["status"] for j in (0, 1)] == ["FAILED", "SKIPPED"]
     children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
     assert len(children) == 3  # 2 from the first sweep, the retried invalid job; nothing else
     parents = runs_of(tmp_path)
@@ -97,7 +107,7 @@ def wait_up(url, timeout_s=180):
     raise AssertionError(f"{url} did not come up in {timeout_s} s")
 
 
-def test_a_down_server_spools_runs_and_sync_uploads_them_once(tmp_path):
+def test_a_down_server_spools_runs_and_sync_uploads_them_once_with_the_jobs_times(tmp_path):
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     sweep_dir = tmp_path / "sweep"
@@ -106,7 +116,7 @@ def test_a_down_server_spools_runs_and_sync_uploads_them_once(tmp_path):
         [
             sys.executable,
             str(PROJECT_DIR / "run.py"),
-            *ONE_GOOD_ONE_INVALID,
+            *ONE_INVALID_ONE_GOOD,
             f"hydra.sweep.dir={sweep_dir}",
         ],
         cwd=tmp_path,
@@ -116,9 +126,10 @@ def test_a_down_server_spools_runs_and_sync_uploads_them_once(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "distbench sync" in proc.stdout
+    assert "no live MLflow run" in proc.stdout and "distbench sync" in proc.stdout
+    assert not (sweep_dir / "1" / "mlflow_live_run.json").exists()
     assert all("tracking_error" in outcome(sweep_dir, j) for j in (0, 1))
-    assert outcome(sweep_dir, 0)["metrics"]["step_time_s_p50"] > 0  # measured, kept on disk
+    assert outcome(sweep_dir, 1)["metrics"]["step_time_s_p50"] > 0  # measured, kept on disk
 
     server = start_server(tmp_path, port)
     try:
@@ -137,8 +148,10 @@ def test_a_down_server_spools_runs_and_sync_uploads_them_once(tmp_path):
         assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED"]
         finished = next(r for r in children if r.info.status == "FINISHED")
         assert finished.data.metrics["step_time_s_p50"] > 0
+        assert finished.data.metrics["throughput_tokens_per_s"] > 0
+        assert_real_times(client, finished)  # the job's own times, not the upload's
         assert "resolved.yaml" in {a.path for a in client.list_artifacts(finished.info.run_id)}
-        assert "tracking_error" not in outcome(sweep_dir, 0)
+        assert "tracking_error" not in outcome(sweep_dir, 1)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -1,4 +1,5 @@
-"""Real sweeps through run.py into a real sqlite MLflow store, read back with mlflow itself.
+"""Real sweeps through run.py into a real sqlite MLflow store, read back with mlflow itself: the
+README's sweep (the session's shared one, tests/e2e/shared_sweeps.py), and a single invalid run.
 
 pytest tests/e2e -m e2e
 """
@@ -14,10 +15,11 @@ import mlflow
 import pytest
 
 from tests.conftest import PROJECT_DIR
+from tests.e2e.shared_sweeps import FEW_STEPS
 
 pytestmark = pytest.mark.e2e
 
-FEW_STEPS = ["model=tiny", "workload.num_warmup_steps=1", "workload.num_steps=2"]
+__all__ = ["FEW_STEPS", "run_py", "runs_in", "runs_of", "sync_py"]  # the other modules' helpers
 METRICS = [
     "step_time_s_mean",
     "step_time_s_p50",
@@ -84,19 +86,17 @@ def runs_of(tmp_path):
         mlflow.set_tracking_uri(None)
 
 
-def test_the_readme_sweep_lands_one_parent_and_six_finished_children(tmp_path):
-    proc = run_py(
-        [
-            "-m",
-            "strategy=dp,tp,zero3",
-            "world_size=2,4",
-            *FEW_STEPS,
-            f"hydra.sweep.dir={tmp_path}/sweep",
-        ],
-        tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = runs_of(tmp_path)
+def runs_in(uri: str):
+    """The experiment's runs as MLflow's pandas frame, from any store."""
+    mlflow.set_tracking_uri(uri)
+    try:
+        return mlflow.search_runs(experiment_names=["distbench"])
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
+def test_the_readme_sweep_lands_one_parent_and_six_finished_children(readme_sweep):
+    runs = runs_in(readme_sweep.tracking_uri)
     parents = runs[runs["tags.mlflow.parentRunId"].isna()]
     children = runs[runs["tags.mlflow.parentRunId"].notna()]
     assert len(parents) == 1 and parents.iloc[0]["status"] == "FINISHED"
@@ -117,32 +117,15 @@ def test_the_readme_sweep_lands_one_parent_and_six_finished_children(tmp_path):
     assert (children["tags.equivalent"] == "true").all()
     assert (children["metrics.loss_rel_err_vs_single"] < 1e-4).all()
     assert (children["params.strategy.name"] == children["tags.strategy"]).all()
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    client = mlflow.MlflowClient(readme_sweep.tracking_uri)
     artifacts = {a.path for a in client.list_artifacts(children.iloc[0]["run_id"])}
     assert {"resolved.yaml", "result.json", "workers.stderr.log"} <= artifacts
-    assert "#/experiments/" in proc.stdout and "/runs" in proc.stdout
-    assert "job 6/6" in proc.stdout
+    assert "#/experiments/" in readme_sweep.stdout and "/runs" in readme_sweep.stdout
+    assert "job 6/6" in readme_sweep.stdout
 
 
-def test_an_impossible_job_is_a_failed_run_and_the_sweep_goes_on(tmp_path):
-    proc = run_py(
-        [
-            "-m",
-            "strategy=tp",
-            "strategy.tp=3,2",
-            "world_size=2",
-            *FEW_STEPS,
-            f"hydra.sweep.dir={tmp_path}/sweep",
-        ],
-        tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
-    assert sorted(children["status"]) == ["FAILED", "FINISHED"]
-    failed = children[children["status"] == "FAILED"].iloc[0]
-    assert failed["tags.failure_kind"] == "invalid_config"
-    assert "dp(" in failed["tags.failure_reason"] or "tp(3)" in failed["tags.failure_reason"]
-    assert failed["params.strategy.tp"] == "3"
+# An impossible job inside a sweep (a FAILED invalid_config run, and the sweep goes on) is the
+# first sweep of tests/e2e/test_survive.py's resume test.
 
 
 def test_a_single_invalid_run_exits_nonzero_with_one_line_and_no_traceback(tmp_path):

@@ -39,8 +39,8 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from distbench.launch.workers import free_port
+from tests.e2e.shared_sweeps import Sweep
 from tests.e2e.test_report import distbench_report
-from tests.e2e.tiny_sweep import Sweep, shared_sweep
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
@@ -143,8 +143,9 @@ def seconds(duration: str) -> tuple[float, float]:
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory) -> Sweep:
-    return shared_sweep(tmp_path_factory)
+def sweep(readme_sweep) -> Sweep:
+    """The README's sweep (dp, tp, zero3 at 2 and 4 ranks), shared by the session."""
+    return readme_sweep
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +181,7 @@ def test_the_runs_page_shows_the_sweep_and_its_child_runs(sweep, ui, tmp_path):
     assert sweep.parent_run_name in dom_with(runs_page, [sweep.parent_run_name], tmp_path)
 
     children = list(sweep.child_run_names)
-    assert sorted(n.split("-ws")[0] for n in children) == ["dp", "zero1"]  # <strategy>-ws2...
+    assert sorted(n.split("-ws")[0] for n in children) == ["dp", "dp", "tp", "tp", "zero3", "zero3"]
     query = urllib.parse.urlencode(
         {
             "searchFilter": f"tags.mlflow.parentRunId = '{sweep.parent_run_id}'",
@@ -202,11 +203,11 @@ def test_the_experiment_page_finds_and_charts_the_sweeps_parent_by_its_params_an
     sweep, ui, tmp_path
 ):
     parent = MlflowClient(sweep.tracking_uri).get_run(sweep.parent_run_id).data
-    assert parent.params == {"strategy": "dp,zero1"}  # the swept key, world_size=2 was not
-    assert parent.metrics["num_jobs"] == parent.metrics["num_finished"] == 2
+    assert parent.params == {"strategy": "dp,tp,zero3", "world_size": "2,4"}  # the swept keys
+    assert parent.metrics["num_jobs"] == parent.metrics["num_finished"] == 6
     best = parent.metrics["best_throughput_tokens_per_s"]
     search = (
-        "params.strategy = 'dp,zero1' and metrics.num_jobs = 2 and metrics.num_finished = 2 "
+        "params.strategy = 'dp,tp,zero3' and metrics.num_jobs = 6 and metrics.num_finished = 6 "
         "and metrics.best_throughput_tokens_per_s > 0 "
         f"and tags.best_strategy = '{parent.tags['best_strategy']}'"
     )
@@ -227,8 +228,8 @@ def test_the_experiment_page_finds_and_charts_the_sweeps_parent_by_its_params_an
     page = text(
         dom_with(run_page, ["best_throughput_tokens_per_s", "best_strategy", "Parameter"], tmp_path)
     )
-    assert "|Parameter|Value|strategy|dp,zero1|" in page
-    assert "|num_jobs|2|" in page and f"|best_throughput_tokens_per_s|{best!r}|" in page
+    assert "|Parameter|Value|strategy|dp,tp,zero3|world_size|2,4|" in page
+    assert "|num_jobs|6|" in page and f"|best_throughput_tokens_per_s|{best!r}|" in page
     assert f"|best_strategy|: {parent.tags['best_strategy']}|" in page
 
 

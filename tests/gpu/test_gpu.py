@@ -105,7 +105,7 @@ def test_the_step_parts_are_measured_on_the_gpu(tmp_path, monkeypatch):
 
 @requires_gpus(1)
 def test_zero3s_engine_is_probed_on_the_gpu(tmp_path, monkeypatch):
-    """A measured ZeRO-3 job on CUDA probes its engine's hooks (compose/engine_probe.py) and
+    """A measured ZeRO-3 job on CUDA probes its engine's hooks (workloads/train/engine_probe.py) and
     predicts with them (benchmarks/gpu_runs/2026-11-26_job_shape_probe: 0.11-0.32 s per
     micro-batch for gpt2_124m and llama_1b on an H200 and an H100)."""
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path / "cache"))

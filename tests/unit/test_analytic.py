@@ -1,6 +1,6 @@
-"""The analytic model against hand-computed cases: the ZeRO paper's and the course's memory
-table, Korthikanti's activations, ring collectives, the pipeline bubble, and predict/recommend
-on composed configs."""
+"""The planner's model (figures/) against hand-computed cases: the ZeRO paper's and the
+course's memory table, Korthikanti's activations, ring collectives, the pipeline bubble, and
+predict/recommend on composed configs."""
 
 from __future__ import annotations
 
@@ -10,24 +10,17 @@ import json
 import pytest
 
 from distbench.compose.schema import HardwareConfig
-from distbench.figures import analytic
-from distbench.figures.analytic import (
-    Memory,
-    Prediction,
-    activation_bytes_per_layer,
-    dp_comm_bytes,
-    logits_bytes,
-    pipeline_bubble_fraction,
-    pp_comm_bytes,
-    pred_vs_measured,
-    predict,
-    recommend,
-    state_bytes_per_param,
-    tp_comm_bytes,
-    zero_equivalent_stage,
-    zero_model_states_bytes,
-)
+from distbench.figures import memory, step_time
+from distbench.figures.activations import activation_bytes_per_layer, logits_bytes
+from distbench.figures.communication import dp_comm_bytes, pp_comm_bytes, tp_comm_bytes
+from distbench.figures.job_terms import zero_equivalent_stage
+from distbench.figures.memory import Memory
 from distbench.figures.metrics import GIB
+from distbench.figures.model_states import state_bytes_per_param, zero_model_states_bytes
+from distbench.figures.params import param_split
+from distbench.figures.predict import Prediction, pred_vs_measured, predict
+from distbench.figures.recommend import recommend
+from distbench.figures.step_time import pipeline_bubble_fraction
 from distbench.job import Job, Layout, resolve_job
 from tests.conftest import CONF_DIR, compose_config
 
@@ -161,7 +154,7 @@ def test_offload_moves_states_off_a_gpu_but_not_off_a_cpu():
 def test_doubling_num_layers_doubles_the_per_layer_terms_only():
     base = ["model=llama3_8b", "world_size=8", "strategy=tp", "workload.dtype=bf16"]
     one, two = _predict(base), _predict([*base, "model.num_layers=64"])
-    split = analytic.param_split(_job(base).model)
+    split = param_split(_job(base).model)
     logits = one.mem.terms["activations_logits"] + one.mem.terms["backward_grad_transient"]
     assert two.mem.terms["activations_logits"] == one.mem.terms["activations_logits"]
     assert two.mem.activations - logits == pytest.approx(2 * (one.mem.activations - logits))
@@ -254,7 +247,7 @@ def test_pred_vs_measured_adds_the_cpu_runtime_and_gives_relative_errors():
     pred = predict(job)
     out = pred_vs_measured(job, {"peak_mem_gib": 0.73, "step_time_s_p50": 1.03})
     expected_mem = pred.mem.total / GIB
-    runtime = analytic.CPU_RUNTIME_GIB[job.engine] + analytic.CPU_COMM_RUNTIME_GIB[job.engine]
+    runtime = memory.CPU_RUNTIME_GIB[job.engine] + memory.CPU_COMM_RUNTIME_GIB[job.engine]
     assert pred.mem.runtime == pytest.approx(runtime * GIB)  # 2 ranks: they communicate
     assert out["pred_peak_mem_gib"] == pytest.approx(expected_mem)
     assert out["mem_pred_rel_err"] == pytest.approx((expected_mem - 0.73) / 0.73)
@@ -296,9 +289,9 @@ def test_llama3_8b_single_pure_bf16_fits_an_h100_as_it_did():
 
 def test_adamw_step_is_memory_bound_over_the_devices_shard():
     # 7 fp32 values per parameter (p, g, m, v read; p, m, v written), + the bf16 copy if mixed
-    assert analytic.optimizer_step_s(1e9, 4, False, 2000.0) == pytest.approx(28e9 / 2000e9)
-    assert analytic.optimizer_step_s(1e9, 4, True, 2000.0) == pytest.approx(30e9 / 2000e9)
-    assert analytic.optimizer_step_s(1e9, 4, False, None) == 0.0  # CPU: inside the efficiency
+    assert step_time.optimizer_step_s(1e9, 4, False, 2000.0) == pytest.approx(28e9 / 2000e9)
+    assert step_time.optimizer_step_s(1e9, 4, True, 2000.0) == pytest.approx(30e9 / 2000e9)
+    assert step_time.optimizer_step_s(1e9, 4, False, None) == 0.0  # CPU: inside the efficiency
     hbm = dataclasses.replace(H100, mem_bandwidth_gbps=3350.0)
     base = ["model=llama_1b", "world_size=8", "workload.dtype=bf16"]
     dp = _predict([*base, "strategy=dp"], hbm)
@@ -323,12 +316,12 @@ def test_torch_data_parallel_traffic_hides_under_compute_on_gpus_only():
         assert p.step_time_s == pytest.approx(sum(p.time_s.values()))
     deepspeed = _predict([*base, "strategy=zero3"])
     assert deepspeed.assumptions["comm_hidden_s"] == 0.0  # overlap_comm false in conf/ds_zero
-    hidden = analytic.hidden_comm_s
+    hidden = step_time.hidden_comm_s
     assert hidden("torch", "ddp", "cpu", 1.0, 0.5, 1e9, 16, 1) == 0.0  # one core for both
     # DDP: at most the last micro-batch's backward (2/3 of its compute) hides; at least the
     # last 25 MiB bucket of the gradients shows
     assert hidden("torch", "ddp", "cuda", 0.3, 1.0, 1e9, 16, 1) == pytest.approx(0.2)
     assert hidden("torch", "ddp", "cuda", 0.3, 1.0, 1e9, 16, 4) == pytest.approx(0.05)
-    bucket_s = 1.0 * analytic.DDP_BUCKET_BYTES / 1e9
+    bucket_s = 1.0 * step_time.DDP_BUCKET_BYTES / 1e9
     assert hidden("torch", "ddp", "cuda", 9.0, 1.0, 1e9, 16, 1) == pytest.approx(1.0 - bucket_s)
     assert hidden("torch", "fsdp", "cuda", 9.0, 1.6, 1e9, 16, 4) == pytest.approx(1.5)

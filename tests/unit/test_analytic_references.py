@@ -1,7 +1,7 @@
-"""The analytic model against outside references computed here, not typed-in numbers:
-DeepSpeed's own memory estimators, torch's FlopCounterMode and the tensors HF's models really
-save for backward (on the real tiny and GPT-2-shaped models, CPU, fp32), and the loss's peak in
-the profiler's memory timeline (bf16 and fp32).
+"""The planner's model (figures/) against outside references computed here, not typed-in
+numbers: DeepSpeed's own memory estimators, torch's FlopCounterMode and the tensors HF's models
+really save for backward (on the real tiny and GPT-2-shaped models, CPU, fp32), and the loss's
+peak in the profiler's memory timeline (bf16 and fp32).
 
     .venv/bin/python -m pytest -q tests/unit/test_analytic_references.py
 """
@@ -13,8 +13,18 @@ import json
 
 import pytest
 
-from distbench.figures import analytic
+from distbench.figures.activations import (
+    activation_bytes_per_layer,
+    hf_activation_bytes_per_layer,
+    loss_logits_bytes,
+)
 from distbench.figures.metrics import train_flops_per_token
+from distbench.figures.model_states import (
+    deepspeed_host_bytes_per_node,
+    engine_state_terms,
+    state_term_bytes,
+)
+from distbench.figures.params import ParamSplit, param_split
 from distbench.ranks.models import count_params, hf_config
 from tests.conftest import compose_config
 
@@ -30,10 +40,10 @@ def _model(name: str, **changes: object):
     return dataclasses.replace(model, **changes)
 
 
-def _states(engine_stage: int, split: analytic.ParamSplit, dp: int) -> float:
+def _states(engine_stage: int, split: ParamSplit, dp: int) -> float:
     """Model-state bytes per device of DeepSpeed bf16-mixed: every term, step ones included."""
-    terms = analytic.engine_state_terms("deepspeed", "bf16", "mixed", engine_stage)
-    return sum(analytic.state_term_bytes(terms, split.total, dp, engine_stage).values())
+    terms = engine_state_terms("deepspeed", "bf16", "mixed", engine_stage)
+    return sum(state_term_bytes(terms, split.total, dp, engine_stage).values())
 
 
 @pytest.mark.parametrize("name", ["gpt2_124m", "llama_1b", "llama3_8b", "llama3_70b"])
@@ -42,7 +52,7 @@ def test_zero2_and_zero3_states_agree_with_deepspeeds_estimators(name, num_nodes
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
-    split = analytic.param_split(_model(name))
+    split = param_split(_model(name))
     world = 8 * num_nodes
     _, ds_zero2 = estimate_zero2_model_states_mem_needs(
         split.total, num_gpus_per_node=8, num_nodes=num_nodes, cpu_offload=False
@@ -65,7 +75,7 @@ def test_zero2_and_zero3_states_agree_with_deepspeeds_estimators(name, num_nodes
             ds_cpu, _, _ = estimate_zero3_model_states_mem_needs(
                 split.total, split.largest_matrix, 8, num_nodes, True, offload_param, True
             )
-        ours = analytic.deepspeed_host_bytes_per_node(
+        ours = deepspeed_host_bytes_per_node(
             split.total, 8, num_nodes, zero_stage=stage, offload_param=offload_param
         )
         assert ours == pytest.approx(ds_cpu, rel=1e-6)
@@ -76,7 +86,7 @@ def test_the_all_cold_estimator_prints_what_the_planner_predicts(capsys):
         estimate_zero2_model_states_mem_needs_all_cold,
     )
 
-    split = analytic.param_split(_model("llama3_8b"))
+    split = param_split(_model("llama3_8b"))
     estimate_zero2_model_states_mem_needs_all_cold(split.total, num_gpus_per_node=8)
     printed = capsys.readouterr().out.splitlines()
     no_offload = next(line for line in printed if "offload_optimizer=none" in line)
@@ -141,7 +151,7 @@ def test_activations_agree_with_what_hf_saves_for_backward(name, attn, changes):
     ids = torch.randint(0, model_cfg.vocab_size, (b, s))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(input_ids=ids, labels=ids)
-    per_layer = analytic.hf_activation_bytes_per_layer(
+    per_layer = hf_activation_bytes_per_layer(
         model_cfg.family,
         s,
         b,
@@ -155,7 +165,7 @@ def test_activations_agree_with_what_hf_saves_for_backward(name, attn, changes):
     predicted = per_layer * model_cfg.num_layers + 4 * b * s * model_cfg.vocab_size
     assert sum(saved.values()) == pytest.approx(predicted, rel=0.10)
     # Korthikanti's GPT-3 layer is a lower bound of what HF's layers keep
-    korthikanti = analytic.activation_bytes_per_layer(
+    korthikanti = activation_bytes_per_layer(
         s,
         b,
         model_cfg.hidden_size,
@@ -194,4 +204,4 @@ def test_the_loss_peak_per_logit_is_what_the_profiler_sees(dtype_name, tmp_path)
     _, bytes_by_category = json.loads(timeline.read_text())
     peak_bytes = max(sum(row) for row in bytes_by_category)
     # the inputs' gradients (b·s·h + v·h elements) are small beside the logits
-    assert peak_bytes == pytest.approx(analytic.loss_logits_bytes(s, b, v), rel=0.05)
+    assert peak_bytes == pytest.approx(loss_logits_bytes(s, b, v), rel=0.05)

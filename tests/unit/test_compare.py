@@ -34,8 +34,8 @@ def verdicts(rows):
 
 
 def test_direction_of_each_metric():
-    assert compare.GOALS["throughput_tokens_per_s"] == "max"
-    assert compare.GOALS["peak_mem_gib"] == "min"
+    assert compare.goals()["throughput_tokens_per_s"] == "max"
+    assert compare.goals()["peak_mem_gib"] == "min"
     assert compare.worse_pct(-10.0, "max") == 10.0  # throughput fell 10 %: worse
     assert compare.worse_pct(-10.0, "min") == -10.0  # memory fell 10 %: better
 
@@ -137,6 +137,29 @@ def test_missing_metric_is_no_data_not_a_regression():
     rows = compare.compare_sweeps([gemm], [gemm])
     assert {r.verdict for r in rows} == {"no data"}
     assert compare.compared_configs(rows) == ["gemm-ws2"]
+
+
+def test_the_workloads_declare_every_metric_compare_judges():
+    """The catalogue (WorkloadSpec.metrics) holds each metric compare knew by hand, same goal;
+    those computed from the step time carry its spread as noise."""
+    lower = "step_time_s_mean step_time_s_p50 step_time_s_p90 peak_mem_gib init_mem_gib"
+    lower += " cost_usd_per_1m_tokens time_to_first_token_s time_per_output_token_s"
+    lower += " latency_s_p50 latency_s_p90"
+    higher = "throughput_tokens_per_s tflops_total tflops_per_device mfu_pct decode_tokens_per_s"
+    goals = compare.goals()
+    assert {m: goals.get(m) for m in lower.split()} == dict.fromkeys(lower.split(), "min")
+    assert {m: goals.get(m) for m in higher.split()} == dict.fromkeys(higher.split(), "max")
+    step_time = {m for m in goals if compare.from_step_time(m)}
+    assert step_time == {
+        "step_time_s_mean",
+        "step_time_s_p50",
+        "step_time_s_p90",
+        "throughput_tokens_per_s",
+        "tflops_total",
+        "tflops_per_device",
+        "mfu_pct",
+        "cost_usd_per_1m_tokens",
+    }
 
 
 def test_metrics_and_threshold_are_checked():

@@ -16,6 +16,7 @@ import yaml
 from omegaconf import OmegaConf
 
 import run
+from distbench import engines
 from distbench.compose.schema import SCHEMA_NODES
 from distbench.engines.deepspeed import ds_config
 from distbench.job import Job, resolve_job
@@ -100,13 +101,17 @@ def test_schema_nodes_are_no_group_options_and_still_validate_every_option():
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    groups = [*SCHEMA_NODES, "strategy"]  # a strategy's schema is its engine's
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
-        offered = {group: loader.get_group_options(group) for group in SCHEMA_NODES}
-    for group, schema in SCHEMA_NODES.items():
+        offered = {group: loader.get_group_options(group) for group in groups}
+    for group in groups:
         assert offered[group] == config_options(group)  # the YAML files, nothing else
         for option in offered[group]:
             cfg = compose_config([f"{group}={option}"])
+            schema = (
+                SCHEMA_NODES.get(group) or engines.get_spec(cfg.strategy.engine).strategy_schema
+            )
             assert OmegaConf.get_type(cfg[group]) is schema, f"{group}={option}"
 
 
@@ -132,6 +137,16 @@ def test_a_schema_or_unknown_option_is_refused_in_one_line(tmp_path, args):
     assert line.startswith(f"distbench: invalid config: {group}=")
     assert "is not an option; choose one of" in line
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+
+
+def test_another_engines_strategy_field_is_refused_in_one_line(tmp_path):
+    args = ("strategy=fsdp", "+strategy.offload_optimizer=cpu", "tracking=none")
+    line = one_line_refusal(run_py(*args, cwd=tmp_path))
+    assert line == (
+        "distbench: invalid config: +strategy.offload_optimizer=cpu: "
+        "Key 'offload_optimizer' not in 'TorchStrategyConfig'"
+    )
+    assert not (tmp_path / "outputs").exists()
 
 
 def test_experiments_and_hydra_groups_pass_the_option_check(tmp_path):

@@ -34,7 +34,7 @@ resolve_job(compose_config(["strategy=fsdp", "world_size=2"]), CONF_DIR)  # the 
 for name in sorted(workloads.registry()):
     # its workload module: combine and measure run in the orchestrator
     rank_module(resolve_job(compose_config([f"workload={name}"]), CONF_DIR))
-for name in engines.ENGINE_MODULES:
+for name in engines.registry():
     engines.get(name)
 plan_launch(job, "/tmp/x", env={})
 orchestrator.describe(job)

@@ -89,7 +89,8 @@ def test_the_plan_predicts_the_resolved_job_on_the_plans_hardware():
 
 
 def test_groups_that_span_nodes_use_the_internode_link():
-    from distbench.figures.analytic import group_spans_nodes, predict
+    from distbench.figures.communication import group_spans_nodes
+    from distbench.figures.predict import predict
     from distbench.job import Layout, resolve_job
     from tests.conftest import compose_config
 

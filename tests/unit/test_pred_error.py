@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from distbench.figures.analytic import predict
 from distbench.figures.links import LinkFit, efficiency_source, link_fits, link_source
 from distbench.figures.pred_error import (
     ErrorBar,
@@ -24,6 +23,7 @@ from distbench.figures.pred_error import (
     run_rel_errs,
     with_error,
 )
+from distbench.figures.predict import predict
 from distbench.job import resolve_job
 from distbench.tools import report
 from distbench.tools.plan import make_plan, plan_json, plan_table, run_key_tags
@@ -345,12 +345,14 @@ def test_the_plan_uses_the_stored_collectives_fit_and_names_it(tmp_path):
 def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, capsys):
     """hardware.link_source=measured: the job's own hardware figures (resolved.yaml, the
     logged pred_*) are the store's collectives fit; without one the catalog stays, said once."""
-    from distbench.compose import hardware as hw_module
+    from distbench import prepare as hw_module
+    from distbench.prepare import prepare_job
 
     hw_module._LINK_WARNED.clear()  # said once per process: an earlier test may have said it
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     measured = [*OVERRIDES, f"tracking.uri={uri}", "hardware.link_source=measured"]
-    no_store = resolve_job(compose_config(measured), CONF_DIR).hardware
+    assert resolve_job(compose_config(measured), CONF_DIR).hardware.link_calibration_error is None
+    no_store = prepare_job(resolve_job(compose_config(measured), CONF_DIR)).hardware
     assert (
         no_store.link_source == "catalog" and "no MLflow store" in no_store.link_calibration_error
     )
@@ -365,7 +367,7 @@ def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, 
         client.log_metric(run_id, "beta_busbw_gbps.all_reduce", busbw)
         client.set_terminated(run_id, "FINISHED")
     hw_module._LINK_FITS_CACHE.clear()
-    job = resolve_job(compose_config(measured), CONF_DIR)
+    job = prepare_job(resolve_job(compose_config(measured), CONF_DIR))
     hw = job.hardware
     assert hw.link_source == "measured" and hw.link_calibration_error is None
     assert hw.measured_interconnect_gbps == pytest.approx(0.8)  # this hardware's, not the H100's

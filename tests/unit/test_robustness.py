@@ -158,13 +158,13 @@ def test_an_unwritable_output_dir_exits_with_one_line(capsys):
 
 
 def test_more_cuda_ranks_than_gpus_is_refused():
-    from distbench.compose.hardware import num_cpu_cores
     from distbench.orchestrator import MAX_RANKS_PER_CPU_CORE
+    from distbench.probes.detect import num_cpu_cores
 
     cap = MAX_RANKS_PER_CPU_CORE * num_cpu_cores()  # CPU ranks: a few per core, no more
     assert device_shortfall("cpu", cap) is None
     assert device_shortfall("cpu", cap + 1).startswith(f"{cap + 1} ranks on this machine's")
-    from distbench.compose.hardware import gpu_names
+    from distbench.probes.detect import gpu_names
 
     visible = len(gpu_names())
     message = device_shortfall("cuda", visible + 1)

@@ -12,11 +12,15 @@ import json
 
 import pytest
 
-from distbench.compose import hardware, step_parts
-from distbench.compose.hardware import STEP_PARTS_FIELDS, apply_measured_step_parts
-from distbench.figures.analytic import measured_compute_s, param_split, predict
 from distbench.figures.metrics import train_flops_per_token
+from distbench.figures.params import param_split
+from distbench.figures.predict import predict
+from distbench.figures.step_time import measured_compute_s
 from distbench.job import resolve_job
+from distbench.probes import runner, step_parts, trace
+from distbench.probes.detect import device_name, num_cpu_cores
+from distbench.probes.parts import STEP_PARTS_FIELDS, MeasuredParts
+from distbench.workloads.train import prepare
 from tests.conftest import CONF_DIR, compose_config, measured_parts
 
 pytestmark = pytest.mark.unit
@@ -30,31 +34,31 @@ def _model(overrides: list[str]):
 def test_the_traced_gemms_and_attention_are_palms_model_flops(model):
     cfg = _model(model)
     b, s = 2, 64
-    trace = step_parts.trace_micro_batch(cfg, "fp32", b, s)
-    traced = sum(count * step_parts.gemm_flops(shape) for shape, count in trace.gemms.items())
+    traced_mb = trace.trace_micro_batch(cfg, "fp32", b, s)
+    traced = sum(count * trace.gemm_flops(shape) for shape, count in traced_mb.gemms.items())
     weights = train_flops_per_token(param_split(cfg).matmul, cfg.num_layers, cfg.hidden_size, 0)
     # PaLM's N counts the norms' weights too (0.05 % here), which multiply no matrix
     assert traced == pytest.approx(weights * b * s, rel=1e-3)
     # SDPA: one fused call per layer each way, not meta's math path; 3× forward = 12·L·h·s
-    assert sum(trace.attention_forward.values()) == cfg.num_layers
-    assert trace.attention_backward == trace.attention_forward
+    assert sum(traced_mb.attention_forward.values()) == cfg.num_layers
+    assert traced_mb.attention_backward == traced_mb.attention_forward
     attention = sum(
-        n * step_parts.attention_forward_flops(a) for a, n in trace.attention_forward.items()
+        n * trace.attention_forward_flops(a) for a, n in traced_mb.attention_forward.items()
     )
     assert 3 * attention == pytest.approx(12 * cfg.num_layers * cfg.hidden_size * s * b * s)
-    assert all(num_bytes > 0 for num_bytes in trace.other_bytes)
-    eager = step_parts.trace_micro_batch(
+    assert all(num_bytes > 0 for num_bytes in traced_mb.other_bytes)
+    eager = trace.trace_micro_batch(
         dataclasses.replace(cfg, attn_implementation="eager"), "fp32", b, s
     )
     assert not eager.attention_forward  # eager attention is its matmuls and softmax, traced
-    eager_flops = sum(n * step_parts.gemm_flops(g) for g, n in eager.gemms.items())
+    eager_flops = sum(n * trace.gemm_flops(g) for g, n in eager.gemms.items())
     assert eager_flops == pytest.approx(traced + 3 * attention)
 
 
 def test_a_layer_adds_the_same_operations_so_two_traces_extrapolate_to_any_depth():
     cfg = _model(["model=tiny"])
     traces = {
-        n: step_parts.trace_micro_batch(dataclasses.replace(cfg, num_layers=n), "fp32", 1, 32)
+        n: trace.trace_micro_batch(dataclasses.replace(cfg, num_layers=n), "fp32", 1, 32)
         for n in (1, 2, 4)
     }
     for quantity in (lambda t: t.num_kernels, lambda t: sum(t.other_bytes)):
@@ -105,26 +109,37 @@ def test_this_cpu_is_measured_once_and_then_read_from_the_cache(tmp_path, monkey
     assert first["micro_batch_gemm_s"] > 0 and first["micro_batch_other_s"] > 0
     assert first["micro_batch_host_s"] > 0 and first["kernel_floor_us"] == 0.0
     assert 0.1 < first["measured_mem_bandwidth_gbps"] < 1000
-    trace = step_parts.trace_micro_batch(cfg, "fp32", 1, 32)
-    assert first["kernels_per_micro_batch"] == trace.num_kernels
+    traced = trace.trace_micro_batch(cfg, "fp32", 1, 32)
+    assert first["kernels_per_micro_batch"] == traced.num_kernels
+
+
+def _cpu_job(overrides: list[str] = ()):
+    """A measured training job on this CPU (tiny, one rank), its parts not attached yet."""
+    cfg = compose_config(
+        ["model=tiny", "hardware=cpu", "world_size=1", "strategy=single", *overrides]
+    )
+    job = resolve_job(cfg, CONF_DIR)
+    return job.replace(hardware=dataclasses.replace(job.hardware, time_source="measured"))
 
 
 def test_a_failed_calibration_keeps_the_efficiency_model_and_says_why_once(
     capsys, monkeypatch, tmp_path
 ):
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(hardware, "_STEP_PARTS_FAILED", {})
-    model = _model(["model=tiny"])
-    hw = {"device": "cuda", "time_source": "measured"}  # no CUDA device here
-    apply_measured_step_parts(hw, model, "bf16", 2, 128)
-    assert hw["time_source"] == "efficiency"
-    assert "step_parts exited" in hw["time_calibration_error"]
-    assert "micro_batch_gemm_s" not in hw
+    monkeypatch.setattr(step_parts, "_FAILED", {})
+    job = _cpu_job()
+    failing = ["-m", "distbench.probes.step_parts", "--model-json", "{}"]  # not a model
+    real = runner.run_probe
+    monkeypatch.setattr(runner, "run_probe", lambda args, *rest: real(failing, *rest))
+    hw = prepare.with_step_parts(job).hardware
+    assert hw.time_source == "efficiency"
+    assert "step_parts exited" in hw.time_calibration_error
+    assert hw.micro_batch_gemm_s is None
     assert "step-time calibration failed" in capsys.readouterr().err
     # the next job of the same shape (a plan --search: hundreds) neither retries nor repeats it
-    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
-    again = apply_measured_step_parts({"device": "cuda"}, model, "bf16", 2, 128)
-    assert again["time_calibration_error"] == hw["time_calibration_error"]
+    monkeypatch.setattr(runner.subprocess, "run", _no_subprocess)
+    again = prepare.with_step_parts(job).hardware
+    assert again.time_calibration_error == hw.time_calibration_error
     assert capsys.readouterr().err == ""
 
 
@@ -136,10 +151,29 @@ def test_a_cached_measurement_is_read_without_a_subprocess(monkeypatch, tmp_path
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
     model = _model(["model=tiny"])
     # a rank alone on this machine gets every core (launch/workers.py): measured with as many
-    threads = hardware.num_cpu_cores()
-    key = step_parts.cache_key(hardware._device_name("cpu"), "fp32", model, 2, 128, threads)
+    threads = num_cpu_cores()
+    key = step_parts.cache_key(device_name("cpu"), "fp32", model, 2, 128, threads)
     figures = {field: 0.5 for field in STEP_PARTS_FIELDS}
     (tmp_path / step_parts.CACHE_FILE).write_text(json.dumps({key: figures}))
-    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
-    hw = apply_measured_step_parts({"device": "cpu"}, model, "fp32", 2, 128)
-    assert hw["time_source"] == "measured" and hw["micro_batch_host_s"] == 0.5
+    monkeypatch.setattr(runner.subprocess, "run", _no_subprocess)
+    parts = step_parts.measured_step_parts(
+        model, "fp32", 2, 128, device="cpu", device_name=device_name("cpu"), threads=threads
+    )
+    assert parts == MeasuredParts(**figures)
+    job = prepare.with_step_parts(_cpu_job(["batch.micro_batch_size=2", "batch.seq_len=128"]))
+    assert job.hardware.time_source == "measured" and job.hardware.micro_batch_host_s == 0.5
+
+
+@pytest.mark.parametrize("damaged", [None, [1, 2], {"micro_batch_gemm_s": "fast"}])
+def test_a_damaged_cache_is_measured_again_not_raised(damaged, monkeypatch, tmp_path):
+    """A cache file or entry that is not what a probe wrote (null, a list, a field that is not
+    a number) reads as missing: the probe runs again (here: refused by cache_only)."""
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    model = _model(["model=tiny"])
+    key = step_parts.cache_key("test-cpu", "fp32", model, 2, 128, 1)
+    for content in (damaged, {key: damaged}):
+        (tmp_path / step_parts.CACHE_FILE).write_text(json.dumps(content))
+        with runner.cache_only(), pytest.raises(runner.NotMeasured):
+            step_parts.measured_step_parts(
+                model, "fp32", 2, 128, device="cpu", device_name="test-cpu", threads=1
+            )

@@ -214,6 +214,13 @@ def test_a_collectives_table_has_no_zero_stage_equivalence_or_step_columns():
         assert not any(absent in ln for ln in header), absent
 
 
+def test_the_end_table_names_a_job_by_what_its_workload_declares():
+    assert summary.row_name(_outcome()) == "dp"  # train: named_by_strategy
+    assert summary.row_name(_outcome(workload="inference")) == "inference/dp"
+    assert summary.row_name(_outcome(strategy="gemm", workload="gemm")) == "gemm"  # raw
+    assert summary.row_name(_outcome(workload=None)) == "dp"  # an outcome without the key
+
+
 def test_nccl_time_is_printed_with_nccl_tests_precision():
     assert report.nccl_time_us(45.678e-6) == "  45.68"
     assert report.nccl_time_us(456.78e-6) == "  456.8"

@@ -14,10 +14,15 @@ import sys
 
 import pytest
 
-from distbench.compose import hardware, step_parts
-from distbench.compose.hardware import STEP_PARTS_FIELDS, resolve_time_source
+from distbench.compose import hardware
 from distbench.compose.schema import ConfigError
 from distbench.job import resolve_job
+from distbench.prepare import prepare_job
+from distbench.probes import detect, runner, step_parts
+from distbench.probes.parts import STEP_PARTS_FIELDS
+from distbench.probes.runner import NOT_MEASURED_HERE
+from distbench.probes.threads import rank_threads
+from distbench.workloads.train.prepare import resolve_time_source
 from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
@@ -26,46 +31,40 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.mark.parametrize(
-    ("hw", "workload", "local_gpus", "expected"),
+    ("time_source", "device", "name", "local_gpus", "expected"),
     [
-        ({"device": "cpu", "name": "cpu", "time_source": "auto"}, "train", [], "measured"),
-        ({"device": "cpu", "name": "cpu", "time_source": "auto"}, "inference", [], "efficiency"),
-        ({"device": "cuda", "name": "h100_sxm", "time_source": "auto"}, "train", [], "efficiency"),
-        (
-            {"device": "cuda", "name": "h100_sxm", "time_source": "auto"},
-            "train",
-            [H100],
-            "measured",
-        ),
-        ({"device": "cuda", "name": "h200", "time_source": "auto"}, "train", [H100], "efficiency"),
+        ("auto", "cpu", "cpu", [], "measured"),
+        ("auto", "cuda", "h100_sxm", [], "efficiency"),
+        ("auto", "cuda", "h100_sxm", [H100], "measured"),
+        ("auto", "cuda", "h200", [H100], "efficiency"),
         # a GPU outside the catalog: hardware=auto names it after the device itself
-        (
-            {"device": "cuda", "name": "NVIDIA B200", "time_source": "auto"},
-            "train",
-            ["NVIDIA B200"],
-            "measured",
-        ),
+        ("auto", "cuda", "NVIDIA B200", ["NVIDIA B200"], "measured"),
         # given values stand, whatever the machine
-        ({"device": "cuda", "name": "h200", "time_source": "measured"}, "train", [], "measured"),
-        ({"device": "cpu", "name": "cpu", "time_source": "efficiency"}, "train", [], "efficiency"),
+        ("measured", "cuda", "h200", [], "measured"),
+        ("efficiency", "cpu", "cpu", [], "efficiency"),
     ],
 )
 def test_auto_measures_only_what_runs_on_this_machine(
-    hw, workload, local_gpus, expected, monkeypatch
+    time_source, device, name, local_gpus, expected, monkeypatch
 ):
     monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
-    assert resolve_time_source(hw, workload, local_gpus) == expected
+    assert resolve_time_source(time_source, device, name, local_gpus) == expected
+
+
+def test_a_workload_without_a_prepare_hook_predicts_with_the_efficiency_model(monkeypatch):
+    monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
+    monkeypatch.setattr(runner.subprocess, "run", _no_subprocess)
+    inference = resolve_job(compose_config(["workload=inference", "hardware=cpu"]), CONF_DIR)
+    assert prepare_job(inference).hardware.time_source == "efficiency"
 
 
 def test_the_environment_says_what_auto_means(monkeypatch):
-    local_cpu = {"device": "cpu", "name": "cpu", "time_source": "auto"}
     monkeypatch.setenv("DISTBENCH_TIME_SOURCE", "efficiency")
-    assert resolve_time_source(local_cpu, "train", []) == "efficiency"
-    given = {**local_cpu, "time_source": "measured"}
-    assert resolve_time_source(given, "train", []) == "measured"  # a given value stands
+    assert resolve_time_source("auto", "cpu", "cpu", []) == "efficiency"
+    assert resolve_time_source("measured", "cpu", "cpu", []) == "measured"  # given: it stands
     monkeypatch.setenv("DISTBENCH_TIME_SOURCE", "fitted")
     with pytest.raises(ConfigError, match=r"DISTBENCH_TIME_SOURCE='fitted' is not allowed"):
-        resolve_time_source(local_cpu, "train", [])
+        resolve_time_source("auto", "cpu", "cpu", [])
     with pytest.raises(ConfigError, match="fitted"):  # before anything runs
         resolve_job(compose_config(["hardware=cpu"]), CONF_DIR)
 
@@ -83,21 +82,22 @@ def test_the_default_job_predicts_from_this_cpus_measured_parts(monkeypatch, tmp
     assert cfg.hardware.time_source == "auto"
     model = resolve_job(compose_config(["hardware.time_source=efficiency"]), CONF_DIR).model
     # each of the 2 ranks gets its share of this machine's cores (launch/workers.py)
-    threads = hardware.rank_threads(hardware.num_cpu_cores(), 2)
-    name = hardware._device_name("cpu")
+    threads = rank_threads(detect.num_cpu_cores(), 2)
+    name = detect.device_name("cpu")
     key = step_parts.cache_key(
         name, "fp32", model, cfg.batch.micro_batch_size, cfg.batch.seq_len, threads
     )
     figures = {field: 0.25 for field in STEP_PARTS_FIELDS}
     (tmp_path / step_parts.CACHE_FILE).write_text(json.dumps({key: figures}))
-    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
+    monkeypatch.setattr(runner.subprocess, "run", _no_subprocess)
     monkeypatch.setattr(hardware, "gpu_names", lambda: [])  # as here, on a GPU machine too
 
-    job = resolve_job(cfg, CONF_DIR)
+    job = prepare_job(resolve_job(cfg, CONF_DIR))
     assert job.hardware.time_source == "measured"
     assert job.hardware.micro_batch_gemm_s == 0.25 and job.hardware.time_calibration_error is None
 
     planned = resolve_job(compose_config(["hardware=h100_sxm", "workload.dtype=bf16"]), CONF_DIR)
+    planned = prepare_job(planned)
     assert planned.hardware.time_source == "efficiency"
     assert planned.hardware.micro_batch_gemm_s is None
     assert planned.hardware.time_calibration_error is None  # a choice, not a failure
@@ -108,11 +108,39 @@ def test_a_command_that_only_shows_a_job_measures_nothing(monkeypatch, tmp_path)
     the job without a probe: cached parts where there are some, else the efficiency model."""
     monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(hardware.subprocess, "run", _no_subprocess)
-    shown = resolve_job(compose_config(["hardware=cpu"]), CONF_DIR, measure=False)
+    monkeypatch.setattr(runner.subprocess, "run", _no_subprocess)
+    shown = prepare_job(resolve_job(compose_config(["hardware=cpu"]), CONF_DIR), probe=False)
     assert shown.hardware.time_source == "efficiency"
-    assert shown.hardware.time_calibration_error == hardware.NOT_MEASURED_HERE
+    assert shown.hardware.time_calibration_error == NOT_MEASURED_HERE
     assert not (tmp_path / step_parts.CACHE_FILE).exists()
+
+
+def test_resolving_a_job_starts_nothing_reads_no_store_and_writes_no_cache(monkeypatch, tmp_path):
+    """resolve_job is pure: a measured ZeRO-3 job with a measured peak and measured links
+    resolves without a subprocess, a store or a cache (prepare_job attaches them later)."""
+    import subprocess as subprocess_module
+
+    from distbench.tracking import pred_history
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(cache))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(subprocess_module, "run", _no_subprocess)
+    monkeypatch.setattr(subprocess_module, "Popen", _no_subprocess)
+    monkeypatch.setattr(pred_history, "store_exists", _no_subprocess)  # no store is read
+    measured = [
+        "model=tiny",
+        "strategy=zero3",
+        "hardware=h100_sxm",
+        "hardware.time_source=measured",
+        "hardware.peak_source=measured",
+        "hardware.link_source=measured",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+    ]
+    job = resolve_job(compose_config(measured), CONF_DIR)
+    assert job.hardware.time_source == "measured" and job.hardware.micro_batch_gemm_s is None
+    assert list(cache.iterdir()) == [] and list(tmp_path.iterdir()) == [cache]
 
 
 def test_plan_with_an_efficiency_predicts_with_it_and_times_nothing(tmp_path):
@@ -129,3 +157,20 @@ def test_plan_with_an_efficiency_predicts_with_it_and_times_nothing(tmp_path):
     assert predictions and all(p["assumptions"]["time_source"] == "efficiency" for p in predictions)
     assert all(p["assumptions"]["efficiency"] == 0.5 for p in predictions)
     assert not (tmp_path / step_parts.CACHE_FILE).exists()
+
+
+def test_distbench_resolve_writes_nothing_to_the_cache(tmp_path):
+    """`distbench resolve` of a job whose default measures its parts (tiny on this CPU, and a
+    measured peak) shows the job without a probe: the cache folder stays empty."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "DISTBENCH_TIME_SOURCE"}
+    env["DISTBENCH_CACHE_DIR"] = str(cache)
+    cmd = [sys.executable, "-m", "distbench.cli", "resolve", "--json", "model=tiny"]
+    cmd += ["hardware=cpu", "hardware.peak_source=measured", "strategy=zero3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    hardware = json.loads(proc.stdout)["job"]["hardware"]
+    assert hardware["time_source"] == "efficiency"
+    assert hardware["time_calibration_error"] == NOT_MEASURED_HERE
+    assert list(cache.iterdir()) == []

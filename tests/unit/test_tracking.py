@@ -102,3 +102,23 @@ def test_child_run_lands_with_params_metrics_tags_artifacts(tmp_path):
         uri, experiment_id, "x", {}, {}, {"failure_kind": "oom"}, [], failed=True
     )
     assert client.get_run(failed).info.status == "FAILED"
+
+
+# Signatures computed at 795d34b, before each engine had its own strategy schema: a run recorded
+# then must still pair (compare) and be found (resume) by the same config now.
+SIGNATURES_BEFORE_THE_ENGINE_SCHEMAS = {
+    ("strategy=zero3",): "b85093918eb5d16e",
+    ("strategy=fsdp",): "3265548306b91c47",
+    ("strategy=tp", "world_size=2"): "7fe069f4ef3bead8",
+}
+
+
+@pytest.mark.parametrize("overrides", sorted(SIGNATURES_BEFORE_THE_ENGINE_SCHEMAS))
+def test_a_runs_signature_survives_the_per_engine_strategy_schemas(overrides):
+    from distbench.job import resolve_job
+    from distbench.tracking.signature import run_signature
+    from tests.conftest import CONF_DIR, compose_config
+
+    fixed = ["hardware=h100_sxm", "hardware.time_source=efficiency"]
+    job = resolve_job(compose_config([*overrides, *fixed]), CONF_DIR)
+    assert run_signature(job.tree()) == SIGNATURES_BEFORE_THE_ENGINE_SCHEMAS[overrides]

@@ -12,7 +12,7 @@ python3 -c "import torch, transformers, deepspeed; print(torch.__version__, tran
 export DISTBENCH_CACHE_DIR=$OUT/cache MLFLOW_TRACKING_URI=sqlite:///$OUT/x/mlflow.db
 mkdir -p $OUT/x
 M1=$(python3 -c "import yaml,json; d=yaml.safe_load(open('conf/model/llama_1b.yaml')); d.pop('defaults'); print(json.dumps(d))")
-( time python3 -m distbench.compose.step_parts --device cuda --dtype bf16 --model-json "$M1" --micro-batch-size 4 --seq-len 512 ) 2>&1 | tail -5
+( time python3 -m distbench.probes.step_parts --device cuda --dtype bf16 --model-json "$M1" --micro-batch-size 4 --seq-len 512 ) 2>&1 | tail -5
 echo "parts $(( $(date +%s) - start )) s"
 timeout 300 python3 benchmarks/gpu_check.py --no-bare --out-dir $OUT --work-dir $OUT/w \
   --only train-single-ws1,train-ddp-ws1,train-fsdp-ws1,train-dp-ws1,train-zero3-ws1 2>&1 | tail -14

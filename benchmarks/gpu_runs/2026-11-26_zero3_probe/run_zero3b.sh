@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO-3's host work probed (compose/engine_probe.py) and the measured parts, against llama and
+# ZeRO-3's host work probed (now workloads/train/engine_probe.py) and the measured parts, against llama and
 # gpt2 runs on this GPU: each job with hardware.time_source=measured, then re-predicted.
 set -u
 start=$(date +%s)

@@ -1,5 +1,6 @@
 """The checks every job shares, as pure functions that raise `ConfigError` with one line naming
-the bad value and what is allowed. Engines (engines/*.check) and workloads (workloads/<name>
+the bad value and what is allowed. Engines (engines/*.check; a strategy field of another
+engine is refused by Hydra, by the engine's strategy schema) and workloads (workloads/<name>
 check) add their own; distbench.job.resolve_job runs them all, in that order.
 
     python -c "import distbench.compose.checks as c; print(c.resolve_degrees(8, -1, 2, 2))"
@@ -15,7 +16,6 @@ from omegaconf import DictConfig
 
 from distbench.compose.schema import (
     DTYPES,
-    ENGINES,
     FAULT_KINDS,
     MODEL_FAMILIES,
     RANK_LAUNCHERS,
@@ -80,9 +80,9 @@ def common(cfg: DictConfig) -> None:
         raise ConfigError(f"fault.rank={fault.rank} is not a rank of world_size({cfg.world_size})")
 
 
-def model_choices(model: DictConfig, strategy: DictConfig, workload: DictConfig) -> None:
-    """Engine, dtype and model family: the choices of every workload that builds a model."""
-    one_of("strategy.engine", strategy.engine, ENGINES)
+def model_choices(model: DictConfig, workload: DictConfig) -> None:
+    """Dtype, model family and learning rate: the choices of every workload that builds a model
+    (strategy.engine is the engine registry's: distbench.engines.get_spec)."""
     one_of("workload.dtype", workload.dtype, DTYPES)
     one_of("model.family", model.family, MODEL_FAMILIES)
     if not math.isfinite(workload.lr) or workload.lr <= 0:

@@ -10,23 +10,20 @@ the bad value and what is allowed) before any process is started.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-ENGINES = ("deepspeed", "torch")
-# The torch engine's data parallelism across replicas and its pipeline schedules.
-TORCH_DATA_PARALLEL = ("ddp", "fsdp")
-PP_SCHEDULES = ("gpipe", "1f1b")
-DEFAULT_PP_SCHEDULE = "gpipe"  # what strategy.pp_schedule=None runs
+# What the torch engine's strategy.pp_schedule=None runs (engines/torch_native.py; the
+# step-time formulas in figures/ read it too).
+DEFAULT_PP_SCHEDULE = "gpipe"
 DTYPES = ("fp32", "bf16", "fp16")
 MODEL_FAMILIES = ("llama", "gpt2")
 TRACKING_BACKENDS = ("sqlite", "server", "none")
 # hardware.time_source: how the compute term of a prediction is priced (HardwareConfig)
 TIME_SOURCES = ("auto", "efficiency", "measured")
-OFFLOAD_DEVICES = ("none", "cpu")
 ZERO_STAGES = (0, 1, 2, 3)
 # Who starts the ranks: auto = srun inside a SLURM allocation, else torchrun on this node;
 # local_nodes = num_nodes torchrun agents on this machine (the multi-node path, locally).
@@ -56,24 +53,58 @@ class ModelConfig:
     pretrained_path: str | None = None
 
 
+# The built-in engines' own strategy fields with the value that means "not used": what a
+# strategy of the other engine reads for them (StrategyConfig's read-only properties).
+UNUSED_STRATEGY_FIELDS: dict[str, Any] = {
+    "zero_stage": None,  # deepspeed's
+    "default_zero_stage": 0,
+    "offload_optimizer": "none",
+    "offload_param": "none",
+    "data_parallel": None,  # torch's
+    "pp_schedule": None,
+}
+
+
+def _unused(name: str) -> property:
+    return property(lambda _self: UNUSED_STRATEGY_FIELDS[name], doc=f"{name}: not this engine's")
+
+
 @dataclass
 class StrategyConfig:
-    """Parallel layout. dp=-1 means "the rest of the ranks": world_size // (tp * pp)."""
+    """Parallel layout, the fields every engine shares. dp=-1 means "the rest of the ranks":
+    world_size // (tp * pp). Each engine subclasses it with its own fields (its
+    `strategy_schema`: engines/deepspeed.py, engines/torch_native.py), stored as
+    `schema/strategy_<engine>`, which the strategy's YAML extends."""
 
     name: str = MISSING
-    engine: str = "deepspeed"
+    engine: str = MISSING  # a registered engine (distbench.engines.registry())
     dp: int = -1
     tp: int = 1
     pp: int = 1
-    # A stage the strategy fixes (zero3 -> 3); None lets the zero_stage group choose.
-    zero_stage: int | None = None
-    default_zero_stage: int = 0
-    offload_optimizer: str = "none"  # none | cpu
-    offload_param: str = "none"  # none | cpu
-    # engine=torch only (None for deepspeed): ddp | fsdp across replicas (None: ddp), and the
-    # torch.distributed.pipelining schedule gpipe | 1f1b (None: gpipe).
-    data_parallel: str | None = None
-    pp_schedule: str | None = None
+
+    # The built-in engines' own fields, read-only here with the value that means "not used",
+    # so that code reading a strategy of either engine (figures, plan) reads them by name.
+    # Properties are no Hydra fields: composing stays strict (strategy=fsdp
+    # strategy.offload_optimizer=cpu is refused); the engine's schema overrides each with a
+    # field of its own.
+    zero_stage = _unused("zero_stage")
+    default_zero_stage = _unused("default_zero_stage")
+    offload_optimizer = _unused("offload_optimizer")
+    offload_param = _unused("offload_param")
+    data_parallel = _unused("data_parallel")
+    pp_schedule = _unused("pp_schedule")
+
+
+def own_strategy_fields(schema: type, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` less the fields `schema` lacks that hold their unused value: a resolved.yaml
+    written when one schema held every engine's fields (data_parallel: null on deepspeed)
+    still loads; any other unknown key is left for the schema to refuse."""
+    own = {f.name for f in fields(schema)}
+    return {
+        key: value
+        for key, value in values.items()
+        if key in own or key not in UNUSED_STRATEGY_FIELDS or value != UNUSED_STRATEGY_FIELDS[key]
+    }
 
 
 @dataclass
@@ -109,26 +140,26 @@ class HardwareConfig:
     peak_tflops_fp16: float | None = None
     mem_gib: float | None = None
     # Device memory bandwidth, GB/s (HBM; datasheet): the optimizer step's rate
-    # (analytic.optimizer_step_s). None: no separate term (CPU: inside the measured efficiency).
+    # (step_time.optimizer_step_s). None: no separate term (CPU: inside the measured efficiency).
     mem_bandwidth_gbps: float | None = None
     interconnect_gbps: float | None = None  # GB/s per device within a node (NVLink, PCIe)
     # GB/s per device between nodes (its NIC: 400 Gb/s InfiniBand NDR = 50 GB/s); a collective
-    # whose group spans nodes runs at this rate (figures/analytic.py). None: one node only.
+    # whose group spans nodes runs at this rate (figures/communication.py). None: one node only.
     internode_gbytes_per_s: float | None = None
     devices_per_node: int | None = None  # None: not fixed (CPU: one rank per core)
     price_usd_per_hour: float = 0.0
     # catalog: the figures above (CPU: the cpuinfo estimate); measured: a timed GEMM on this
-    # machine, cached (distbench.compose.calibrate).
+    # machine, cached (distbench.probes.calibrate; attached by distbench/prepare.py).
     peak_source: str = "catalog"
-    # Filled when the figures are resolved (compose/hardware.py): the device hardware=auto
-    # found, the catalog peaks a measured peak replaced, and why a calibration failed.
+    # The device hardware=auto found (compose/hardware.py); the catalog peaks a measured peak
+    # replaced and why a calibration failed (distbench/prepare.py).
     detected: str | None = None
     catalog_peak_tflops_fp32: float | None = None
     catalog_peak_tflops_bf16: float | None = None
     catalog_peak_tflops_fp16: float | None = None
     peak_calibration_error: str | None = None
     # catalog: the link figures above; measured: the α-β fits of the collectives runs of this
-    # hardware in the run's own MLflow store (figures/links.py), filled in at compose time into
+    # hardware in the run's own MLflow store (figures/links.py), filled in before launch into
     # the measured_* fields (each tier's bus bandwidth) and link_latency_us (the intra-node α),
     # which predictions prefer. Prediction inputs only: not part of the run's signature.
     link_source: str = "catalog"
@@ -138,11 +169,11 @@ class HardwareConfig:
     link_calibration_error: str | None = None
     # efficiency: compute = model FLOPs / (peak x an efficiency constant); measured: a
     # micro-batch's GEMMs and fused attention timed at the model's shapes, its other kernels at
-    # the measured memory bandwidth and its host time per kernel (compose/step_parts.py), filled
-    # in at compose time into the fields below; auto (the default): measured for a training job
+    # the measured memory bandwidth and its host time per kernel (probes/step_parts.py), filled
+    # in before launch into the fields below; auto (the default): measured for a training job
     # whose hardware is this machine's device, else efficiency, unless $DISTBENCH_TIME_SOURCE
-    # names one (compose/hardware.py, resolve_time_source). Prediction inputs only: not part
-    # of the run's signature.
+    # names one (workloads/train/prepare.py, resolve_time_source). Prediction inputs only: not
+    # part of the run's signature.
     time_source: str = "auto"
     micro_batch_gemm_s: float | None = None
     micro_batch_attention_s: float | None = None
@@ -152,7 +183,7 @@ class HardwareConfig:
     host_us_per_kernel: float | None = None
     kernel_floor_us: float | None = None
     measured_mem_bandwidth_gbps: float | None = None
-    # DeepSpeed ZeRO-3's host work beyond the traced model (compose/engine_probe.py): per
+    # DeepSpeed ZeRO-3's host work beyond the traced model (workloads/train/engine_probe.py): per
     # micro-batch (its fetch / release hooks) and its optimizer step at one rank, full depth
     micro_batch_engine_host_s: float | None = None
     engine_step_s: float | None = None
@@ -200,7 +231,7 @@ class FaultConfig:
 @dataclass
 class Config:
     model: ModelConfig = MISSING
-    strategy: StrategyConfig = MISSING
+    strategy: StrategyConfig = MISSING  # the chosen strategy's engine schema (a subclass)
     # None: the strategy's stage. The stage's block is conf/ds_zero/<stage>.yaml.
     zero_stage: int | None = None
     # Extra keys of DeepSpeed's zero_optimization block, merged over the stage's block.
@@ -232,10 +263,10 @@ class Config:
     objective: str = "throughput_tokens_per_s"
 
 
-# The group each schema validates: conf/<group>/*.yaml extend `/schema/<group>@_here_`.
+# The group each schema validates: conf/<group>/*.yaml extend `/schema/<group>@_here_`. The
+# strategy group's schema is its engine's: `/schema/strategy_<engine>@_here_` (engines/).
 SCHEMA_NODES: dict[str, type] = {
     "model": ModelConfig,
-    "strategy": StrategyConfig,
     "batch": BatchConfig,
     "hardware": HardwareConfig,
     "tracking": TrackingConfig,
@@ -243,14 +274,16 @@ SCHEMA_NODES: dict[str, type] = {
 
 
 def register_configs() -> None:
-    """Store the schemas and each workload's option (workload=<name>, with its own schema) from
-    its folder. A group's schema is `schema/<group>`, a group users never pick: each YAML option
-    starts with `defaults: [/schema/<group>@_here_]` (validated against it, its defaults filled
-    in), and `strategy=` offers only the YAML files."""
-    from distbench import workloads
+    """Store the schemas, each engine's strategy schema and each workload's option
+    (workload=<name>, with its own schema) from their modules. A group's schema is
+    `schema/<group>` (a strategy's: `schema/strategy_<engine>`), a group users never pick: each
+    YAML option starts with `defaults: [/schema/<group>@_here_]` (validated against it, its
+    defaults filled in), and `strategy=` offers only the YAML files."""
+    from distbench import engines, workloads
 
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for group, node in SCHEMA_NODES.items():
         cs.store(group="schema", name=group, node=node)
+    engines.register_options(cs)
     workloads.register_options(cs)

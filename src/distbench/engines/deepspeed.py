@@ -8,6 +8,8 @@ The optimizer is torch's AdamW (`workload.optimizer_impl`: fused by default, the
 torch engine runs) handed to DeepSpeed, so no DeepSpeed Adam kernel has to be compiled; offload
 then needs `zero_force_ds_cpu_optimizer: false`. bf16 is DeepSpeed's bf16 block: fp32 master
 weights and optimizer states, gradients reduced in fp32 (`communication_data_type`).
+Its strategy schema, `DeepSpeedStrategyConfig` (`schema/strategy_deepspeed`), adds the ZeRO stage
+and offload fields to the shared layout.
 
     python -m torch.distributed.run --nproc_per_node=2 -m distbench.ranks.worker RUN_DIR
 """
@@ -19,15 +21,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from distbench.compose.checks import one_of
-from distbench.compose.schema import OFFLOAD_DEVICES, ZERO_STAGES, ConfigError, StrategyConfig
+from distbench.compose.schema import ZERO_STAGES, ConfigError, StrategyConfig
+from distbench.engines import EngineSpec, register
 from distbench.job import Job, Layout
 from distbench.precision import adamw_kwargs
 
+OFFLOAD_DEVICES = ("none", "cpu")
 # DeepSpeed's PipelineEngine refuses ZeRO-2/3: gradients must stay whole per stage.
 MAX_ZERO_STAGE_WITH_PIPELINE = 1
 
 
-def resolve_zero_stage(strategy: StrategyConfig, chosen: int | None) -> int:
+@dataclass
+class DeepSpeedStrategyConfig(StrategyConfig):
+    """A deepspeed strategy: the shared layout, its ZeRO stage and what it offloads."""
+
+    engine: str = "deepspeed"
+    # A stage the strategy fixes (zero3 -> 3); None lets the zero_stage key choose.
+    zero_stage: int | None = None
+    default_zero_stage: int = 0  # the stage when neither pins one
+    offload_optimizer: str = "none"  # none | cpu
+    offload_param: str = "none"  # none | cpu
+
+
+SPEC = register(
+    EngineSpec(name="deepspeed", module=__name__, strategy_schema=DeepSpeedStrategyConfig)
+)
+
+
+def resolve_zero_stage(strategy: DeepSpeedStrategyConfig, chosen: int | None) -> int:
     """The stage that runs: pinned by the strategy, chosen by zero_stage=, or the default."""
     pinned = strategy.zero_stage
     if pinned is not None and chosen is not None and int(chosen) != int(pinned):
@@ -42,16 +63,9 @@ def resolve_zero_stage(strategy: StrategyConfig, chosen: int | None) -> int:
 
 def check(job: Job) -> None:
     """What DeepSpeed runs: ZeRO-0/1 under a pipeline, tp or pp (not both), offload with the
-    stage that shards what it offloads; the torch engine's fields are refused."""
-    strategy, layout, name = job.strategy, job.layout, job.strategy.name
+    stage that shards what it offloads."""
+    strategy, layout = job.strategy, job.layout
     stage, tp, pp = layout.zero_stage, layout.tp, layout.pp
-    for what in ("data_parallel", "pp_schedule"):
-        if getattr(strategy, what) is not None:
-            raise ConfigError(
-                f"strategy.{what}={getattr(strategy, what)!r} is the torch engine's; "
-                f"strategy={name} runs on deepspeed (ZeRO stages shard, its PipelineEngine runs "
-                "1F1B)"
-            )
     one_of("strategy.offload_optimizer", strategy.offload_optimizer, OFFLOAD_DEVICES)
     one_of("strategy.offload_param", strategy.offload_param, OFFLOAD_DEVICES)
     if pp > 1 and stage > MAX_ZERO_STAGE_WITH_PIPELINE:

@@ -20,7 +20,8 @@ TP → AC → compile → FSDP; no AC or compile here):
 
 One step: each micro-batch's loss / num_micro_batches is back-propagated (gradients are synced
 on the last micro-batch only), then one optimizer step: the same update as DeepSpeed's gradient
-accumulation.
+accumulation. Its strategy schema, `TorchStrategyConfig` (`schema/strategy_torch`), adds
+`data_parallel` and `pp_schedule` to the shared layout; ZeRO stages and offload are DeepSpeed's.
 
     python run.py strategy=torch_tp world_size=4     # tp 2 × dp 2 (FSDP across replicas)
 """
@@ -32,44 +33,45 @@ from dataclasses import dataclass
 from typing import Any
 
 from distbench.compose.checks import one_of
-from distbench.compose.schema import (
-    DEFAULT_PP_SCHEDULE,
-    PP_SCHEDULES,
-    TORCH_DATA_PARALLEL,
-    ConfigError,
-    StrategyConfig,
-)
-from distbench.engines import GRID_DIMS
+from distbench.compose.schema import DEFAULT_PP_SCHEDULE, ConfigError, StrategyConfig
+from distbench.engines import GRID_DIMS, EngineSpec, register
 from distbench.job import Job
 from distbench.precision import adamw_kwargs, is_mixed
 from distbench.ranks.models import DTYPE_NAMES, materialise_if_meta
 
+# Data parallelism across replicas, and the torch.distributed.pipelining schedules.
+TORCH_DATA_PARALLEL = ("ddp", "fsdp")
+PP_SCHEDULES = ("gpipe", "1f1b")
 
-def resolve_zero_stage(strategy: StrategyConfig, chosen: int | None) -> None:
+
+@dataclass
+class TorchStrategyConfig(StrategyConfig):
+    """A torch strategy: the shared layout, how replicas share the model and the pipeline's
+    schedule."""
+
+    engine: str = "torch"
+    data_parallel: str | None = None  # ddp | fsdp across replicas (None: ddp)
+    pp_schedule: str | None = None  # gpipe | 1f1b (None: DEFAULT_PP_SCHEDULE)
+
+
+SPEC = register(EngineSpec(name="torch", module=__name__, strategy_schema=TorchStrategyConfig))
+
+
+def resolve_zero_stage(strategy: TorchStrategyConfig, chosen: int | None) -> None:
     """None: ZeRO is DeepSpeed's; a stage given to a torch strategy is refused."""
-    stage = next(
-        (s for s in (chosen, strategy.zero_stage) if s is not None),
-        strategy.default_zero_stage or None,
-    )
-    if stage is not None:
+    if chosen is not None:
         raise ConfigError(
-            f"strategy={strategy.name} has no ZeRO stage (zero_stage={stage} given); ZeRO is the "
-            "deepspeed engine's (fsdp shards like ZeRO-3)"
+            f"strategy={strategy.name} has no ZeRO stage (zero_stage={chosen} given); ZeRO is "
+            "the deepspeed engine's (fsdp shards like ZeRO-3)"
         )
     return None
 
 
 def check(job: Job) -> None:
-    """What the torch engine runs: no offload, TP of Llama only (whole MLP splits), untied
-    embeddings under pp, and 1F1B with at least pp micro-batches."""
+    """What the torch engine runs: TP of Llama only (whole MLP splits), untied embeddings under
+    pp, and 1F1B with at least pp micro-batches."""
     strategy, model, name = job.strategy, job.model, job.strategy.name
     tp, pp = job.layout.tp, job.layout.pp
-    for what in ("offload_optimizer", "offload_param"):
-        if getattr(strategy, what) != "none":
-            raise ConfigError(
-                f"strategy={name} has no offload (strategy.{what}={getattr(strategy, what)!r}); "
-                "offload is the deepspeed engine's (strategy=zero2_offload, zero3_offload)"
-            )
     if strategy.data_parallel is not None:
         one_of("strategy.data_parallel", strategy.data_parallel, TORCH_DATA_PARALLEL)
     if strategy.pp_schedule is not None:

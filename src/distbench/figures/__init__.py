@@ -1,1 +1,2 @@
-"""Figures: pure metric formulas, the analytic planner model and the equivalence check."""
+"""Figures: pure metric formulas and the planner's model (params, model_states, activations,
+memory, communication, step_time -> job_terms -> predict -> recommend), each with its sources."""

@@ -7,11 +7,12 @@ the hardware's figures, else the constants, with the fallback named.
 
 The collectives workload logs per collective the α-β (Hockney) fit of its size sweep
 (`alpha_s.<op>`, `beta_busbw_gbps.<op>`: workloads/collectives/metrics.py::fit_alpha_beta).
-The planner's communication term is bytes sent per device / link rate (analytic.comm_time_s,
-ring volumes), so the rate to compare with is the bus bandwidth (nccl-tests PERFORMANCE.md:
-busbw is what a link carries, whatever the collective); all_reduce is used, the data-parallel
-gradient reduction. A run on one node measures the intra-node tier, one on several nodes the
-inter-node tier (a ring runs at its slowest hop). Over several runs of a tier: the median.
+The planner's communication term is bytes sent per device / link rate
+(communication.comm_time_s, ring volumes), so the rate to compare with is the bus bandwidth
+(nccl-tests PERFORMANCE.md: busbw is what a link carries, whatever the collective);
+all_reduce is used, the data-parallel gradient reduction. A run on one node measures the
+intra-node tier, one on several nodes the inter-node tier (a ring runs at its slowest hop).
+Over several runs of a tier: the median.
 """
 
 from __future__ import annotations

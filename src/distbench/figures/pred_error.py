@@ -11,7 +11,7 @@ beside its own error (`mem_pred_rel_err_prior`, ...): calibrated from the store,
 Pure functions of runs already read (MLflow Run objects, or anything with `.info.status`,
 `.info.start_time`, `.data.tags`, `.data.metrics`); tracking/pred_history.py reads the store.
 
-- relative error = (predicted − measured) / measured, as `analytic.pred_vs_measured` logs it
+- relative error = (predicted − measured) / measured, as `figures.predict.pred_vs_measured` logs it
   (`mem_pred_rel_err` against `peak_mem_gib`, `time_pred_rel_err` against `step_time_s_p50`;
   recomputed from the pred_* metric where an older run did not log it).
 - the error bar of n runs: their median (one odd run does not move it) and the median absolute
@@ -170,7 +170,7 @@ def prior_metrics(bars: Mapping[str, ErrorBar], metrics: Mapping[str, float]) ->
 
 
 def calibrated_prediction(prediction: Any, bars: Mapping[str, ErrorBar]) -> Any:
-    """An analytic.Prediction with its device memory (every term) and step time (every part,
+    """A figures.predict.Prediction with its device memory (every term) and step time (every part,
     and the tokens/s and cost that follow) divided by (1 + their median error); unchanged where
     there is no bar. The host RAM of offload is not measured, so not calibrated."""
     p = prediction

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from distbench.compose.hardware import ranks_sharing_machine
 from distbench.compose.schema import ConfigError
 from distbench.job import Job
 from distbench.launch.workers import (
@@ -27,6 +26,7 @@ from distbench.launch.workers import (
     srun_command,
     worker_command,
 )
+from distbench.probes.threads import ranks_sharing_machine
 
 SLURM_JOB_ENV = "SLURM_JOB_ID"
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import psutil
 
-from distbench.compose.hardware import rank_threads
 from distbench.launch.lifeline import die_with_parent, start_shm_watcher
+from distbench.probes.threads import rank_threads
 
 OOM_TYPES = ("OutOfMemoryError", "MemoryError")
 OOM_PATTERNS = ("CUDA out of memory", "out of memory", "std::bad_alloc", "can't allocate memory")

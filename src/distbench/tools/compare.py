@@ -10,13 +10,15 @@ The rule, per configuration and metric (pure functions below, no MLflow in them)
     b, c      = the median of the baseline's and of the candidate's runs
     change %  = 100 * (c - b) / b
     worse %   = -change % for higher-is-better metrics (throughput, TFLOP/s, MFU),
-                +change % for lower-is-better ones (peak memory, step time, cost)
+                +change % for lower-is-better ones (peak memory, step time, cost): the goal
+                that the workload's MetricSpec declares (distbench.workloads.metric_catalog;
+                a plug-in's metrics too)
     noise %   = the larger of
                 - 2 x the relative standard deviation (sample std / median) of the repeated
                   runs of either sweep (a sweep with one run of the config adds nothing), and
-                - for metrics computed from the step time (step_time_s_*, throughput, TFLOP/s,
-                  MFU, cost): the largest within-run step-time spread 100 * (p90 - p50) / p50
-                  of any run of either sweep
+                - for metrics computed from the step time (MetricSpec.step_time: step_time_s_*,
+                  throughput, TFLOP/s, MFU, cost): the largest within-run step-time spread
+                  100 * (p90 - p50) / p50 of any run of either sweep
     regression  when worse % > threshold % AND worse % > noise %
     improved    when -worse % > threshold % AND -worse % > noise %
     within noise  when worse % > threshold % but not beyond the noise; ok otherwise.
@@ -48,41 +50,17 @@ from typing import Any
 import pandas as pd
 
 from distbench.figures.metrics import step_spread_pct
-from distbench.tools.report import HEADLINE_METRICS, markdown_table
+from distbench.tools.report.views import markdown_table
 from distbench.tracking.live import now_ms
+from distbench.tracking.mlflow_store import retry
 from distbench.tracking.signature import SIGNATURE_TAG
+from distbench.workloads import metric_catalog
 
 KIND_TAG = "distbench.kind"
 COMPARE_ARTIFACT_DIR = "compare"
 DEFAULT_METRICS = ("throughput_tokens_per_s", "peak_mem_gib")
 DEFAULT_THRESHOLD_PCT = 5.0
 REPEAT_NOISE_SIGMAS = 2.0
-# metric -> "max" (higher is better) or "min" (lower is better)
-GOALS: dict[str, str] = {
-    **{metric: goal for metric, goal, _ in HEADLINE_METRICS},
-    "step_time_s_mean": "min",
-    "step_time_s_p90": "min",
-    "tflops_total": "max",
-    "init_mem_gib": "min",
-    "decode_tokens_per_s": "max",
-    "time_to_first_token_s": "min",
-    "time_per_output_token_s": "min",
-    "latency_s_p50": "min",
-    "latency_s_p90": "min",
-}
-# metrics computed from the median step time: their noise includes the step-time spread
-STEP_TIME_METRICS = frozenset(
-    {
-        "step_time_s_mean",
-        "step_time_s_p50",
-        "step_time_s_p90",
-        "throughput_tokens_per_s",
-        "tflops_total",
-        "tflops_per_device",
-        "mfu_pct",
-        "cost_usd_per_1m_tokens",
-    }
-)
 REGRESSION = "regression"
 FAILED = "failed in candidate"
 IMPROVED = "improved"
@@ -129,12 +107,26 @@ class Row:
 # --------------------------------------------------------------------------- pure rule
 
 
+def goals() -> dict[str, str]:
+    """Every metric a workload declares (WorkloadSpec.metrics, a plug-in's too) → "max" (higher
+    is better) or "min" (lower is better)."""
+    return {name: metric.goal for name, metric in metric_catalog().items()}
+
+
+def from_step_time(metric: str) -> bool:
+    """Whether `metric` is computed from the median step time (MetricSpec.step_time): its noise
+    includes the step-time spread."""
+    spec = metric_catalog().get(metric)
+    return spec is not None and spec.step_time
+
+
 def parse_metrics(text: str | None) -> list[str]:
     """`a,b` → ["a", "b"]; ValueError naming an unknown metric and the allowed ones."""
     names = [m.strip() for m in (text or ",".join(DEFAULT_METRICS)).split(",") if m.strip()]
+    known = goals()
     for name in names:
-        if name not in GOALS:
-            raise ValueError(f"--metrics: unknown metric {name!r}; use some of {', '.join(GOALS)}")
+        if name not in known:
+            raise ValueError(f"--metrics: unknown metric {name!r}; use some of {', '.join(known)}")
     if not names:
         raise ValueError("--metrics is empty; use e.g. throughput_tokens_per_s,peak_mem_gib")
     return names
@@ -162,7 +154,7 @@ def noise_pct(metric: str, baseline: Sequence[RunSample], candidate: Sequence[Ru
         [r.metrics[metric] for r in runs if metric in r.metrics] for runs in (baseline, candidate)
     ]
     noise = max(repeat_noise_pct(values) for values in sides)
-    if metric in STEP_TIME_METRICS:
+    if from_step_time(metric):
         spreads = [step_spread_pct(r.metrics) for r in (*baseline, *candidate)]
         noise = max([noise, *(s for s in spreads if s is not None)])
     return noise
@@ -199,8 +191,9 @@ def compare_config(
     done = [[r for r in runs if r.status == "FINISHED"] for runs in (baseline, candidate)]
     note = _machines_note(*done)
     rows = []
+    known = goals()
     for metric in metrics:
-        goal = GOALS[metric]
+        goal = known[metric]
         b_values, c_values = (
             [r.metrics[metric] for r in runs if metric in r.metrics] for runs in done
         )
@@ -388,48 +381,76 @@ def log_comparison(
     threshold_pct: float,
 ) -> str:
     """The comparison as its own run (see the module docstring); returns its id."""
-    from distbench.tracking.mlflow_store import client, retry
+    from distbench.tracking.mlflow_store import client
 
     mlflow = client(tracking_uri)
-    bad, compared = regressed_configs(rows), compared_configs(rows)
+    bad = regressed_configs(rows)
     verdict = "regression" if bad else "pass"
-    run = retry(
-        lambda: mlflow.create_run(
-            experiment_id,
-            run_name=f"compare-{candidate_run_id[:8]}-vs-{baseline_run_id[:8]}",
-            tags={
-                KIND_TAG: "compare",
-                "distbench.compare.verdict": verdict,
-                "distbench.compare.regressed": ", ".join(bad)[:5000],
-            },
-        )
-    )
-    run_id = run.info.run_id
-    frame = to_frame(rows)
-    with tempfile.TemporaryDirectory() as tmp:
-        md = Path(tmp) / "compare.md"
-        md.write_text(
-            f"# distbench compare: candidate {candidate_run_id} vs baseline {baseline_run_id}\n\n"
-            f"{summary_line(rows, threshold_pct)}\n\n{markdown_table(frame)}"
-        )
-        csv = Path(tmp) / "compare.csv"
-        frame.to_csv(csv, index=False)
-        for path in (md, csv):
-            retry(lambda p=path: mlflow.log_artifact(run_id, str(p), COMPARE_ARTIFACT_DIR))
-    from mlflow.entities import Metric, Param
-
-    logged_ms = now_ms()
+    run_id = _create_compare_run(mlflow, experiment_id, baseline_run_id, candidate_run_id, bad)
+    heading = f"# distbench compare: candidate {candidate_run_id} vs baseline {baseline_run_id}"
+    _log_tables(mlflow, run_id, rows, heading, threshold_pct)
     params = {
         "baseline_run_id": baseline_run_id,
         "candidate_run_id": candidate_run_id,
         "threshold_pct": f"{threshold_pct:g}",
         "metrics": ",".join(metrics),
     }
-    values = {
+    values = comparison_counts(rows)
+    _log_values(mlflow, run_id, params, values)
+    note = f"**distbench compare**: {verdict}; {summary_line(rows, threshold_pct)}"
+    retry(lambda: mlflow.set_tag(run_id, "mlflow.note.content", note))
+    retry(lambda: mlflow.set_terminated(run_id, "FINISHED"))
+    _tag_candidate(mlflow, candidate_run_id, run_id, values["num_regressions"])
+    return run_id
+
+
+def comparison_counts(rows: Sequence[Row]) -> dict[str, int]:
+    """The comparison run's metrics: regressions, configurations regressed and compared."""
+    return {
         "num_regressions": sum(r.regression for r in rows),
-        "num_configs_regressed": len(bad),
-        "num_configs_compared": len(compared),
+        "num_configs_regressed": len(regressed_configs(rows)),
+        "num_configs_compared": len(compared_configs(rows)),
     }
+
+
+def _create_compare_run(
+    mlflow: Any, experiment_id: str, baseline_run_id: str, candidate_run_id: str, bad: list[str]
+) -> str:
+    """A RUNNING run `compare-<candidate>-vs-<baseline>` tagged with its kind and verdict."""
+    run = retry(
+        lambda: mlflow.create_run(
+            experiment_id,
+            run_name=f"compare-{candidate_run_id[:8]}-vs-{baseline_run_id[:8]}",
+            tags={
+                KIND_TAG: "compare",
+                "distbench.compare.verdict": "regression" if bad else "pass",
+                "distbench.compare.regressed": ", ".join(bad)[:5000],
+            },
+        )
+    )
+    return run.info.run_id
+
+
+def _log_tables(
+    mlflow: Any, run_id: str, rows: Sequence[Row], heading: str, threshold_pct: float
+) -> None:
+    """The table as artifacts compare/compare.md (with the summary line) and compare/compare.csv."""
+    frame = to_frame(rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        md = Path(tmp) / "compare.md"
+        md.write_text(
+            f"{heading}\n\n{summary_line(rows, threshold_pct)}\n\n{markdown_table(frame)}"
+        )
+        csv = Path(tmp) / "compare.csv"
+        frame.to_csv(csv, index=False)
+        for path in (md, csv):
+            retry(lambda p=path: mlflow.log_artifact(run_id, str(p), COMPARE_ARTIFACT_DIR))
+
+
+def _log_values(mlflow: Any, run_id: str, params: dict[str, str], values: dict[str, int]) -> None:
+    from mlflow.entities import Metric, Param
+
+    logged_ms = now_ms()
     retry(
         lambda: mlflow.log_batch(
             run_id,
@@ -437,13 +458,11 @@ def log_comparison(
             metrics=[Metric(k, float(v), logged_ms, 0) for k, v in values.items()],
         )
     )
-    note = f"**distbench compare**: {verdict}; {summary_line(rows, threshold_pct)}"
-    retry(lambda: mlflow.set_tag(run_id, "mlflow.note.content", note))
-    retry(lambda: mlflow.set_terminated(run_id, "FINISHED"))
+
+
+def _tag_candidate(mlflow: Any, candidate_run_id: str, run_id: str, num_regressions: int) -> None:
+    """The candidate sweep's parent names its comparison and its number of regressions."""
     retry(lambda: mlflow.set_tag(candidate_run_id, "distbench.compare_run_id", run_id))
     retry(
-        lambda: mlflow.set_tag(
-            candidate_run_id, "distbench.num_regressions", str(values["num_regressions"])
-        )
+        lambda: mlflow.set_tag(candidate_run_id, "distbench.num_regressions", str(num_regressions))
     )
-    return run_id

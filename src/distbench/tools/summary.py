@@ -1,9 +1,11 @@
 """The end-of-sweep comparison table, built from each job's outcome.json (not from logs): the
 step time's p50, p90 and spread (identical sweeps minutes apart can differ by 20 %), and only
-the columns that apply to the sweep's jobs. A collectives job's nccl-tests table (its job dir's
-collectives.txt) is printed before it. A sweep read back from MLflow (`distbench summary latest`,
-a parent run id or name) whose dir is not on this machine is shown from its child runs instead
-(`outcomes_of_runs`: no skipped jobs, no nccl-tests tables).
+the columns that apply to the sweep's jobs: the metrics its workloads declare with a column
+header (WorkloadSpec.metrics; distbench.workloads.metric_catalog), a plug-in's too. A
+collectives job's nccl-tests table (its job dir's collectives.txt) is printed before it. A
+sweep read back from MLflow (`distbench summary latest`, a parent run id or name) whose dir is
+not on this machine is shown from its child runs instead (`outcomes_of_runs`: no skipped jobs,
+no nccl-tests tables).
 
 python -m distbench.tools.summary multirun/2026-11-22/10-00-00    # reprint a sweep's table
 distbench summary latest     # the same for the newest sweep in MLflow (its dir when it is here)
@@ -19,27 +21,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-COLUMNS = (
-    # header, metric key, format
-    ("step p50 (s)", "step_time_s_p50", "{:.3f}"),
-    ("step p90 (s)", "step_time_s_p90", "{:.3f}"),
-    ("spread %", "step_time_s_spread_pct", "{:.0f}"),  # derived: (p90 - p50) / p50
-    ("TTFT (s)", "time_to_first_token_s", "{:.3f}"),  # workload=inference
-    ("decode tok/s", "decode_tokens_per_s", "{:,.0f}"),  # workload=inference
-    ("tokens/s", "throughput_tokens_per_s", "{:,.0f}"),
-    ("TFLOP/s/dev", "tflops_per_device", "{:.4f}"),
-    ("MFU %", "mfu_pct", "{:.2f}"),
-    ("peak mem (GiB)", "peak_mem_gib", "{:.2f}"),
-    ("$/1M tok", "cost_usd_per_1m_tokens", "{:.4f}"),
-    ("gemm p50 (s)", "gemm_time_s_p50", "{:.4f}"),  # workload=gemm
-    ("AR busbw (GB/s)", "busbw_gbps_peak.all_reduce", "{:.3f}"),  # workload=collectives
-    ("avg busbw (GB/s)", "busbw_gbps_avg", "{:.3f}"),  # workload=collectives (nccl-tests' Avg)
+from distbench.workloads import MetricSpec, metric_catalog, registry
+
+# The table's own derived column, shown right after the metric it is derived from:
+# (p90 - p50) / p50 of the step time (table_metrics adds it; it is not logged).
+SPREAD = MetricSpec(
+    "step_time_s_spread_pct", "%", "min", "step time spread (%)", ".0f", column="spread %"
 )
+DERIVED_AFTER = {"step_time_s_p90": SPREAD}
 # Printed before the table for each FINISHED collectives job (workloads/collectives/workload.py).
 NCCL_TABLE_FILE = "collectives.txt"
 
 
-# The first-step loss against the single-device reference (distbench.figures.equivalence).
+# The first-step loss against the single-device reference (distbench.workloads.train.equivalence).
 EQUIVALENT = {"true": "[green]yes[/green]", "false": "[red]NO[/red]", "unchecked": "?"}
 
 
@@ -118,8 +112,36 @@ def table_metrics(metrics: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def _cell(metrics: dict[str, float], key: str, fmt: str) -> str:
-    return fmt.format(metrics[key]) if key in metrics else "-"
+def metric_columns(
+    outcomes: list[dict[str, Any]], shown: list[dict[str, float]]
+) -> list[MetricSpec]:
+    """The metric columns of a sweep's table: the metrics with a column header (MetricSpec.column)
+    that some job has, in the order its workloads declare them (by job order), then any other
+    the catalogue knows (a workload not registered here); a train sweep shows no GEMM column."""
+    specs = registry()
+    declared = [m for o in outcomes for m in getattr(specs.get(o.get("workload")), "metrics", ())]
+    columns: dict[str, MetricSpec] = {}
+    for metric in [*declared, *metric_catalog().values()]:
+        if metric.column and metric.name not in columns:
+            columns[metric.name] = metric
+            if metric.name in DERIVED_AFTER:
+                columns[DERIVED_AFTER[metric.name].name] = DERIVED_AFTER[metric.name]
+    return [c for c in columns.values() if any(c.name in m for m in shown)]
+
+
+def row_name(outcome: dict[str, Any]) -> str:
+    """What the table names a job: its strategy when the strategy alone says what ran (a raw
+    workload, whose strategy tag is its own name, or a workload `named_by_strategy`), else
+    "<workload>/<strategy>" (inference/dp)."""
+    strategy, workload = outcome["strategy"], outcome.get("workload")
+    spec = registry().get(workload) if workload else None
+    if workload in (None, strategy) or (spec is not None and spec.named_by_strategy):
+        return strategy
+    return f"{workload}/{strategy}"
+
+
+def _cell(metrics: dict[str, float], metric: MetricSpec) -> str:
+    return format(metrics[metric.name], metric.fmt) if metric.name in metrics else "-"
 
 
 def _trains_a_model(outcome: dict[str, Any]) -> bool:
@@ -131,11 +153,10 @@ def _trains_a_model(outcome: dict[str, Any]) -> bool:
 def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=title)
     shown = [table_metrics(o.get("metrics", {})) for o in outcomes]
-    # only the metric columns some job has: a train sweep shows no GEMM column, and so on
-    columns = [c for c in COLUMNS if any(c[1] in m for m in shown)]
+    columns = metric_columns(outcomes, shown)
     models = any(_trains_a_model(o) for o in outcomes)  # else no zero / = single columns
     headers = ["strategy", "world", *(["zero"] if models else []), "status"]
-    headers += [c[0] for c in columns] + (["= single"] if models else [])
+    headers += [c.column or c.label for c in columns] + (["= single"] if models else [])
     for header in headers:
         left = header in ("strategy", "status")
         # the status is read whole ("SKIPPED (earlier FINISHED)"): numbers wrap, not it
@@ -146,13 +167,8 @@ def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
             "FINISHED": "[green]FINISHED[/green]",
             "SKIPPED": f"[yellow]SKIPPED[/yellow] (earlier {earlier})",
         }.get(o["status"], f"[red]{o['status']}[/red] {o.get('failure_kind') or ''}".strip())
-        cells = [_cell(metrics, key, fmt) for _, key, fmt in columns]
-        # raw workloads (gemm, collectives) have no strategy: describe() tags the workload
-        name = (
-            o["strategy"]
-            if o.get("workload", "train") in ("train", o["strategy"])
-            else (f"{o['workload']}/{o['strategy']}")
-        )
+        cells = [_cell(metrics, c) for c in columns]
+        name = row_name(o)
         equivalent = EQUIVALENT.get(o.get("equivalent"), "-")
         if models:
             table.add_row(name, o["world_size"], o["zero_stage"], status, *cells, equivalent)

@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from distbench.compose.hardware import ENGINE_PARTS_FIELDS, STEP_PARTS_FIELDS
+from distbench.probes.parts import ENGINE_PARTS_FIELDS, STEP_PARTS_FIELDS
 
 # The tag that carries it (public: compare pairs runs by it, resume finds them by it).
 SIGNATURE_TAG = "distbench.signature"
@@ -41,10 +41,25 @@ EXCLUDED_HARDWARE_KEYS = (
 )
 
 
+# Each engine's strategy schema holds only its own fields; before the schemas were split, every
+# strategy node held all of them. Hashing the node with the other engines' unused values filled
+# in keeps a run's signature what it was, so resume and compare still pair runs recorded before.
+SHARED_SCHEMA_STRATEGY_FIELDS = {
+    "zero_stage": None,
+    "default_zero_stage": 0,
+    "offload_optimizer": "none",
+    "offload_param": "none",
+    "data_parallel": None,
+    "pp_schedule": None,
+}
+
+
 def run_signature(config_tree: dict[str, Any]) -> str:
     """16 hex digits of the SHA-256 of the config (minus EXCLUDED_KEYS and
     EXCLUDED_HARDWARE_KEYS) as canonical JSON."""
     kept = {k: v for k, v in config_tree.items() if k not in EXCLUDED_KEYS}
+    if isinstance(kept.get("strategy"), dict):
+        kept["strategy"] = {**SHARED_SCHEMA_STRATEGY_FIELDS, **kept["strategy"]}
     if isinstance(kept.get("hardware"), dict):
         hardware = kept["hardware"]
         kept["hardware"] = {k: v for k, v in hardware.items() if k not in EXCLUDED_HARDWARE_KEYS}

@@ -48,6 +48,39 @@ class WorkloadSpec:
     # What an out-of-memory reason names: the knob that sets this job's memory, e.g.
     # "batch.micro_batch_size=8" (None: nothing to name).
     memory_knob: Callable[[Job], str] | None = None
+    # The metrics its measure() logs that tables, `compare`, `report` and run.py's objective
+    # know by name: unit, better direction, label, format (MetricSpec).
+    metrics: tuple[MetricSpec, ...] = ()
+    # Keys of its own that the run is tagged with, when present: result.json's (combine()'s
+    # output) and measure()'s tags (a resumed job's outcome takes them from the earlier run).
+    tag_keys: tuple[str, ...] = ()
+    # Before launch, in the orchestrator (and in `plan`): what this workload measures on this
+    # machine to predict itself (train: step parts, ZeRO-3's engine probe), attached to the
+    # Job it returns. None: nothing to measure. Never called by resolve_job.
+    prepare: Callable[[Job], Job] | None = None
+    # Files a run logs besides its job dir's (train on DeepSpeed: ds_config.json), written
+    # into the folder it is given.
+    artifacts: Callable[[Job, Path], list[Path]] | None = None
+    # The run name's strategy part from the Job (None: a config that did not resolve) and its
+    # tags: e.g. "dp-z2" for train (None: the default, "<workload>-<strategy>", e.g.
+    # "inference-tp", or the workload alone for a raw one).
+    run_label: Callable[[Job | None, dict[str, str]], str] | None = None
+    # The sweep table names its jobs by the strategy alone ("dp"), not "<workload>/<strategy>".
+    named_by_strategy: bool = False
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric a workload logs, as every table and comparison shows it."""
+
+    name: str  # the public MLflow metric name, unit in it (step_time_s_p50)
+    unit: str  # s, tokens/s, GiB, %, USD, ...
+    goal: str  # "min": lower is better; "max": higher is better
+    label: str  # a column header with its unit: "step time p50 (s)"
+    fmt: str = ".4g"  # format spec of a table cell
+    headline: bool = False  # in the report's pivots and verdicts
+    step_time: bool = False  # computed from the step time: its noise includes the step spread
+    column: str | None = None  # its header in the end-of-sweep table (None: not shown there)
 
 
 @dataclass
@@ -109,6 +142,18 @@ def get(name: str) -> WorkloadSpec:
     if name not in specs:
         raise ConfigError(f"workload={name!r} is not allowed; choose one of {sorted(specs)}")
     return specs[name]
+
+
+def metric_catalog() -> dict[str, MetricSpec]:
+    """Every registered workload's metrics by name: common_metrics.COMMON_METRICS first, then
+    each workload's (the first declaration of a name wins)."""
+    from distbench.workloads.common_metrics import COMMON_METRICS
+
+    catalog: dict[str, MetricSpec] = {m.name: m for m in COMMON_METRICS}
+    for spec in registry().values():
+        for metric in spec.metrics:
+            catalog.setdefault(metric.name, metric)
+    return catalog
 
 
 def spec_of_module(module: str) -> WorkloadSpec:

@@ -12,10 +12,26 @@ from dataclasses import dataclass, field
 from distbench.compose.checks import one_of, positive
 from distbench.compose.schema import DTYPES, ConfigError, WorkloadConfig
 from distbench.job import Job
-from distbench.workloads import WorkloadSpec, register
+from distbench.workloads import MetricSpec, WorkloadSpec, register
 from distbench.workloads.collectives.metrics import COLLECTIVES
 
 EMULATABLE = ("all_gather", "reduce_scatter", "all_to_all")
+BUSBW_PEAK_ALL_REDUCE = MetricSpec(
+    "busbw_gbps_peak.all_reduce",
+    "GB/s",
+    "max",
+    "all_reduce peak bus bandwidth (GB/s)",
+    ".3f",
+    column="AR busbw (GB/s)",
+)
+BUSBW_AVG = MetricSpec(  # nccl-tests' "Avg bus bandwidth" over every collective and size
+    "busbw_gbps_avg",
+    "GB/s",
+    "max",
+    "average bus bandwidth (GB/s)",
+    ".3f",
+    column="avg busbw (GB/s)",
+)
 
 
 @dataclass
@@ -66,5 +82,7 @@ SPEC = register(
         builds_model=False,
         options_key="collectives",
         options_schema=CollectivesConfig,
+        metrics=(BUSBW_PEAK_ALL_REDUCE, BUSBW_AVG),
+        tag_keys=("emulated",),  # collectives the backend lacks, run as their equivalent
     )
 )

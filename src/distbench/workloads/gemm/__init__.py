@@ -12,10 +12,14 @@ from dataclasses import dataclass
 from distbench.compose.checks import one_of, positive
 from distbench.compose.schema import DTYPES, ConfigError, WorkloadConfig
 from distbench.job import Job
-from distbench.workloads import WorkloadSpec, register
+from distbench.workloads import MetricSpec, WorkloadSpec, common_metrics, register
 from distbench.workloads.gemm.metrics import SHARDINGS
 
 GEMM_MODES = ("sharded", "single")
+GEMM_TIME_P50 = MetricSpec(
+    "gemm_time_s_p50", "s", "min", "GEMM time p50 (s)", ".4f", column="gemm p50 (s)"
+)
+GEMM_TIME_P90 = MetricSpec("gemm_time_s_p90", "s", "min", "GEMM time p90 (s)", ".4f")
 
 
 @dataclass
@@ -69,5 +73,13 @@ SPEC = register(
         builds_model=False,
         options_key="gemm",
         options_schema=GemmConfig,
+        metrics=(
+            common_metrics.TFLOPS_TOTAL,
+            common_metrics.TFLOPS_PER_DEVICE,
+            common_metrics.MFU,
+            common_metrics.PEAK_MEM,
+            GEMM_TIME_P50,
+            GEMM_TIME_P90,
+        ),
     )
 )

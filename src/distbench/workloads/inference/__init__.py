@@ -17,9 +17,23 @@ from distbench.compose import checks
 from distbench.compose.checks import one_of, positive
 from distbench.compose.schema import BatchConfig, ConfigError, WorkloadConfig
 from distbench.job import Job
-from distbench.workloads import WorkloadSpec, register
+from distbench.workloads import MetricSpec, WorkloadSpec, common_metrics, register
 
 DECODINGS = ("greedy",)
+TTFT = MetricSpec(
+    "time_to_first_token_s", "s", "min", "time to first token (s)", ".3f", column="TTFT (s)"
+)
+DECODE_RATE = MetricSpec(
+    "decode_tokens_per_s",
+    "tokens/s",
+    "max",
+    "decode (tokens/s)",
+    ",.0f",
+    column="decode tok/s",
+)
+TPOT = MetricSpec("time_per_output_token_s", "s", "min", "time per output token (s)", ".4f")
+LATENCY_P50 = MetricSpec("latency_s_p50", "s", "min", "request latency p50 (s)", ".3f")
+LATENCY_P90 = MetricSpec("latency_s_p90", "s", "min", "request latency p90 (s)", ".3f")
 # Measured on an H100 (2026-11-25, DeepSpeed 0.19.8, transformers 5.17): DeepSpeed's injected
 # GPT-2 layer reads the KV cache as a tensor ("'DynamicCache' object has no attribute 'dtype'")
 # and its Llama container fuses q, k, v and refuses grouped-query attention ("Merging tensors is
@@ -144,5 +158,20 @@ SPEC = register(
         check=check,
         options_key="inference",
         options_schema=InferenceConfig,
+        metrics=(
+            TTFT,
+            DECODE_RATE,
+            common_metrics.THROUGHPUT,
+            common_metrics.TFLOPS_TOTAL,
+            common_metrics.TFLOPS_PER_DEVICE,
+            common_metrics.MFU,
+            common_metrics.PEAK_MEM,
+            common_metrics.COST,
+            common_metrics.INIT_MEM,
+            TPOT,
+            LATENCY_P50,
+            LATENCY_P90,
+        ),
+        tag_keys=("decode",),  # measure()'s: eager or cuda_graph
     )
 )

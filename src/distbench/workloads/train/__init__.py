@@ -6,14 +6,17 @@ Its schema, checks and option; the rank code and the metrics are workload.py.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from distbench.compose import checks
 from distbench.compose.checks import positive
 from distbench.compose.schema import ConfigError, WorkloadConfig
 from distbench.job import Job
 from distbench.precision import OPTIMIZER_IMPLS, PRECISIONS
-from distbench.workloads import WorkloadSpec, register
+from distbench.workloads import WorkloadSpec, common_metrics, register
+from distbench.workloads.train import prepare as train_prepare  # a module: its hook below
 
 
 @dataclass
@@ -51,6 +54,8 @@ def check(job: Job) -> None:
             f"workload.profile_steps={job.workload.profile_steps} must be >= 0 (0: no profile)"
         )
     check_precision(job)
+    if job.hardware.time_source == "auto":  # a bad $DISTBENCH_TIME_SOURCE fails before a run
+        train_prepare.env_time_source()
 
 
 def check_precision(job: Job) -> None:
@@ -75,6 +80,30 @@ def check_precision(job: Job) -> None:
         )
 
 
+def run_label(job: Job | None, tags: dict[str, str]) -> str:
+    """The run name's strategy part: the strategy, and a ZeRO stage it does not imply (dp-z2;
+    zero3 at stage 3 is zero3). A config that did not resolve (job None) names no stage."""
+    own = None
+    if job is not None:
+        stage_set = job.strategy.zero_stage
+        own = str(job.strategy.default_zero_stage if stage_set is None else stage_set)
+    stage = tags["zero_stage"]
+    named = "" if stage in (own, "none", "invalid") else f"-z{stage}"
+    return f"{tags['strategy']}{named}"
+
+
+def artifacts(job: Job, folder: Path) -> list[Path]:
+    """ds_config.json: the config a DeepSpeed job's ranks passed to deepspeed.initialize
+    (engines/deepspeed.py ds_config); nothing on the torch engine."""
+    if job.engine != "deepspeed":
+        return []
+    from distbench.engines.deepspeed import ds_config
+
+    path = folder / "ds_config.json"
+    path.write_text(json.dumps(ds_config(job), indent=2, sort_keys=True) + "\n")
+    return [path]
+
+
 SPEC = register(
     WorkloadSpec(
         name="train",
@@ -82,5 +111,23 @@ SPEC = register(
         schema=TrainWorkload,
         check=check,
         memory_knob=lambda job: f"batch.micro_batch_size={job.batch.micro_batch_size}",
+        metrics=(
+            common_metrics.STEP_TIME_MEAN,
+            common_metrics.STEP_TIME_P50,
+            common_metrics.STEP_TIME_P90,
+            common_metrics.THROUGHPUT,
+            common_metrics.TFLOPS_TOTAL,
+            common_metrics.TFLOPS_PER_DEVICE,
+            common_metrics.MFU,
+            common_metrics.PEAK_MEM,
+            common_metrics.COST,
+            common_metrics.INIT_MEM,
+        ),
+        # the rank grid that ran (dp2-pp1-tp2); measure()'s equivalence check
+        tag_keys=("layout_tag", "equivalent", "equivalence_tolerance", "equivalence_note"),
+        named_by_strategy=True,  # the strategy group is train's layouts: "dp", not "train/dp"
+        prepare=train_prepare.prepare,  # time source, measured step parts, ZeRO-3's engine probe
+        artifacts=artifacts,  # ds_config.json on DeepSpeed
+        run_label=run_label,  # dp, dp-z2
     )
 )

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from distbench.engines import GRID_DIMS
-from distbench.figures.analytic import pred_vs_measured
 from distbench.figures.metrics import (
     GIB,
     step_figures,
@@ -30,6 +29,7 @@ from distbench.figures.metrics import (
     train_flops_per_token,
     train_metrics,
 )
+from distbench.figures.predict import pred_vs_measured
 from distbench.job import Job
 from distbench.ranks.models import count_params
 from distbench.workloads import Measured
@@ -104,13 +104,35 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     """Warm-up + timed steps; returns this rank's figures (times in s, memory in bytes)."""
     import torch.distributed as dist
 
+    rank = dist.get_rank()
+    wrapped, started = start_engine(job, run_dir, rank)
+    step_times_s, losses = timed_steps(job, wrapped, run_dir, rank)
+    # Read before any profiled step: the profiler's own buffers are not the training's memory.
+    from distbench.ranks import dist as dist_utils
+
+    peak_mem_bytes = dist_utils.peak_memory_bytes(job.device)
+    profiled = profiled_steps(job, wrapped, run_dir, rank) if job.workload.profile_steps else {}
+    return {
+        **profiled,
+        **started,
+        "rank": rank,
+        "dp_rank": wrapped.dp_rank,
+        "coords": dict(zip(GRID_DIMS, wrapped.coords, strict=True)),
+        "step_times_s": step_times_s,
+        "losses": losses,
+        "peak_mem_bytes": peak_mem_bytes,
+        "num_params_local": wrapped.num_params_local(),
+    }
+
+
+def start_engine(job: Job, run_dir: Path, rank: int) -> tuple[Any, dict[str, float]]:
+    """The model wrapped by its engine, and what starting it cost: import_time_s, init_time_s
+    (the model build and the engine start) and init_mem_bytes."""
     from distbench.engines import get as get_engine
     from distbench.ranks import dist as dist_utils
-    from distbench.ranks import faults
     from distbench.ranks.models import build_meta_model, build_model, import_model_class
 
-    layout, device = job.layout, job.device
-    rank = dist.get_rank()
+    device = job.device
     # Libraries are imported before the init clock starts, as a script imports them at its top:
     # init_time_s is the model build and the engine start; import_time_s is logged beside it.
     import_started = time.perf_counter()
@@ -130,10 +152,25 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     init_time_s = time.perf_counter() - init_started
     init_mem_bytes = dist_utils.current_memory_bytes(device)
     dist_utils.reset_peak_memory(device)
+    started = {
+        "init_mem_bytes": init_mem_bytes,
+        "init_time_s": init_time_s,
+        "import_time_s": import_time_s,
+    }
+    return wrapped, started
 
+
+def timed_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> tuple[list, list]:
+    """The warm-up and timed steps: each step's time (s) and loss on this rank; rank 0 writes
+    one progress.jsonl line per step (the slowest rank's time, the mean loss)."""
+    import torch.distributed as dist
+
+    from distbench.ranks import dist as dist_utils
+    from distbench.ranks import faults
+
+    device = job.device
     num_warmup, num_timed = job.workload.num_warmup_steps, job.workload.num_steps
     progress = (run_dir / "progress.jsonl").open("a") if rank == 0 else None
-    num_tokens, flops = work_per_step(job)
     step_times_s, losses = [], []
     for step in range(num_warmup + num_timed):
         replica = faults.data_rank(job.fault, wrapped.dp_rank)
@@ -148,64 +185,62 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         step_times_s.append(time.perf_counter() - start)
         losses.append(loss)
         # After the timed region: every rank's loss, time and peak memory (one all_gather).
-        mean_loss, slowest_s, peak_bytes = gather_step(
-            loss, step_times_s[-1], dist_utils.peak_memory_bytes(device), device
-        )
+        gathered = gather_step(loss, step_times_s[-1], dist_utils.peak_memory_bytes(device), device)
         if progress:
-            figures = step_figures(
-                step_time_s=slowest_s,
-                num_tokens_per_step=num_tokens,
-                flops_per_token=flops,
-                world_size=layout.world_size,
-                peak_tflops_per_device=getattr(job.hardware, f"peak_tflops_{job.dtype}"),
-                peak_mem_bytes=peak_bytes,
-                device_mem_gib=job.hardware.mem_gib,
-            )
-            line = {
-                "phase": "warmup" if step < num_warmup else "timed",
-                "step": step + 1,
-                "num_steps": num_warmup + num_timed,
-                "step_time_s": slowest_s,  # the slowest rank's, as the step_time_s series
-                "loss": mean_loss,  # the mean over ranks, as the loss series
-                **figures,
-                "time_unix_s": time.time(),  # when the step ended: its MLflow timestamp
-            }
+            line = progress_line(job, step, *gathered)
             progress.write(json.dumps(line) + "\n")
             progress.flush()
     if progress:
         progress.close()
-    # Read before any profiled step: the profiler's own buffers are not the training's memory.
-    peak_mem_bytes = dist_utils.peak_memory_bytes(device)
-    profiled = {}
-    if job.workload.profile_steps:
-        from distbench.ranks.profiling import profile_steps
+    return step_times_s, losses
 
-        def untimed_step(i: int) -> float:
-            step = num_warmup + num_timed + i
-            dist_utils.heartbeat(run_dir, rank, step)  # the watchdog sees the job go on
-            micro_batches = step_micro_batches(job, step, wrapped.dp_rank)
-            dist.barrier()
-            return wrapped.train_step(micro_batches)
 
-        def beat() -> None:
-            dist_utils.heartbeat(run_dir, rank, num_warmup + num_timed)
-
-        profiled = profile_steps(
-            run_dir, rank, device, job.workload.profile_steps, untimed_step, beat
-        )
+def progress_line(
+    job: Job, step: int, mean_loss: float, slowest_s: float, peak_bytes: float
+) -> dict[str, Any]:
+    """One progress.jsonl line: the step's phase, time, loss and live figures."""
+    num_warmup, num_timed = job.workload.num_warmup_steps, job.workload.num_steps
+    num_tokens, flops = work_per_step(job)
+    figures = step_figures(
+        step_time_s=slowest_s,
+        num_tokens_per_step=num_tokens,
+        flops_per_token=flops,
+        world_size=job.layout.world_size,
+        peak_tflops_per_device=getattr(job.hardware, f"peak_tflops_{job.dtype}"),
+        peak_mem_bytes=peak_bytes,
+        device_mem_gib=job.hardware.mem_gib,
+    )
     return {
-        **profiled,
-        "rank": rank,
-        "dp_rank": wrapped.dp_rank,
-        "coords": dict(zip(GRID_DIMS, wrapped.coords, strict=True)),
-        "step_times_s": step_times_s,
-        "losses": losses,
-        "init_mem_bytes": init_mem_bytes,
-        "init_time_s": init_time_s,
-        "import_time_s": import_time_s,
-        "peak_mem_bytes": peak_mem_bytes,
-        "num_params_local": wrapped.num_params_local(),
+        "phase": "warmup" if step < num_warmup else "timed",
+        "step": step + 1,
+        "num_steps": num_warmup + num_timed,
+        "step_time_s": slowest_s,  # the slowest rank's, as the step_time_s series
+        "loss": mean_loss,  # the mean over ranks, as the loss series
+        **figures,
+        "time_unix_s": time.time(),  # when the step ended: its MLflow timestamp
     }
+
+
+def profiled_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> dict[str, Any]:
+    """workload.profile_steps more steps under torch.profiler, after the timed ones (untimed)."""
+    import torch.distributed as dist
+
+    from distbench.ranks import dist as dist_utils
+    from distbench.ranks.profiling import profile_steps
+
+    done = job.workload.num_warmup_steps + job.workload.num_steps
+
+    def untimed_step(i: int) -> float:
+        step = done + i
+        dist_utils.heartbeat(run_dir, rank, step)  # the watchdog sees the job go on
+        micro_batches = step_micro_batches(job, step, wrapped.dp_rank)
+        dist.barrier()
+        return wrapped.train_step(micro_batches)
+
+    def beat() -> None:
+        dist_utils.heartbeat(run_dir, rank, done)
+
+    return profile_steps(run_dir, rank, job.device, job.workload.profile_steps, untimed_step, beat)
 
 
 def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
@@ -264,7 +299,7 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
 def check_equivalence(job: Job, metrics: dict[str, float], job_dir: Path) -> dict[str, str]:
     """Compare the first-step loss with the single-device reference: adds the metrics
     loss_first_single and loss_rel_err_vs_single, returns the tags (equivalent=...)."""
-    from distbench.figures import equivalence
+    from distbench.workloads.train import equivalence
 
     try:
         eq_metrics, eq_tags = equivalence.check(

@@ -1,10 +1,10 @@
 """What DeepSpeed ZeRO-3 adds to a training step on the host, measured: its per-module
 parameter fetch / release hooks and its optimizer step, which the traced model
-(compose/step_parts.py) does not see.
+(probes/step_parts.py) does not see.
 
-`hardware.time_source=measured` runs this as a subprocess at compose time for a ZeRO-3 job on a
-GPU (applies) and reads the last stdout line, one JSON document; figures/analytic.py adds its
-figures (engine_parts) to the predicted step.
+Train's prepare hook (workloads/train/prepare.py) runs this as a subprocess for a ZeRO-3 job on
+a GPU (`applies`) under hardware.time_source=measured and reads the last stdout line, one JSON
+document; figures/job_terms.py adds its figures (engine_parts) to the predicted step.
 
 The probe builds the job's own engine (engines/deepspeed.initialize: its zero_optimization
 block, dtype and precision recipe; offload off, its traffic is the offload term) on one rank of
@@ -15,25 +15,21 @@ shape, and times, median of ENGINE_TIMED_ITERS after ENGINE_WARMUP_ITERS:
   its hooks' host time, less what of it the device's kernels hide;
 - `engine.step()`: the engine's optimizer step, kernels and host together.
 The job's own shape, not a token-sized one, because how much of the hooks' time the kernels
-hide differs by machine: on 2026-11-26 one H200 spent the 1 × 16-token probe's whole figure on
-top of llama_1b's kernels at 8 × 1024 tokens, two H100s hid part of it under the kernels
-(benchmarks/gpu_runs/2026-11-26_zero3_probe, whose figures came from the 1 × 16 probe). The
-cut runs unsharded on one device: the engine's states of the embedding, head and 1-2 layers
-(16 B per parameter in mixed precision), a bare copy and one micro-batch's activations. Where
-that does not fit (the job's ranks shard it), the probe runs at 1 × 16 tokens instead: the
-hooks' host time, none of it hidden (`tokens` in its figures says which).
+hide differs by machine (benchmarks/gpu_runs/2026-11-26_job_shape_probe). The cut runs
+unsharded on one device: the engine's states of the embedding, head and 1-2 layers (16 B per
+parameter in mixed precision), a bare copy and one micro-batch's activations. Where that does
+not fit (the job's ranks shard it), the probe runs at 1 × 16 tokens instead: the hooks' host
+time, none of it hidden (`tokens` in its figures says which).
 Both are extrapolated linearly to the model's depth (a layer adds the same hooks). On one rank
 DeepSpeed gathers nothing (one partition), so the probe times the hooks' bookkeeping, not the
-all-gathers: those are the α-β communication term.
-
-The 2026-11-25 H100 profile found why ZeRO-3 needs this: llama_1b's kernels kept the device busy
-13 % of a ZeRO-3 step and 38 % of a ZeRO-0 one (benchmarks/gpu_runs/2026-11-25_h100).
+all-gathers: those are the α-β communication term. ZeRO-3 needs it because its hooks, not its
+kernels, set a small model's step on a GPU (benchmarks/gpu_runs/2026-11-25_h100).
 
 Cached in engine_parts.json beside step_parts.json (the cuts' figures, extrapolated to a model's
 depth when read), keyed by host, device, dtype, precision, optimizer implementation, model shape
 but its depth, micro-batch shape, zero_optimization block and (CPU) the rank's threads.
 
-    python -m distbench.compose.engine_probe --job-yaml RUN_DIR/resolved.yaml
+    python -m distbench.workloads.train.engine_probe --job-yaml RUN_DIR/resolved.yaml
 """
 
 from __future__ import annotations
@@ -49,8 +45,10 @@ import sys
 import time
 from typing import Any
 
-from distbench.compose import step_parts
+from distbench.probes import cache, timing
+from distbench.probes.step_parts import extrapolate
 
+MODULE = "distbench.workloads.train.engine_probe"  # run as a subprocess: python -m MODULE
 ENGINE_TIMED_ITERS = 20
 ENGINE_WARMUP_ITERS = 2  # the first step allocates the optimizer's states
 CUTS = ("1", "2")  # the depths probed (str: the cache's JSON keys), as step_parts.extrapolate
@@ -63,17 +61,14 @@ PROBE_FIELDS = ("forward_backward_s", "bare_forward_backward_s", "step_s")
 def applies(job: Any) -> bool:
     """Whether a training job's engine adds host work the trace misses: DeepSpeed ZeRO-3 on a
     GPU (with AutoTP too: ZeRO-3 still partitions and hooks every module; the probe runs it
-    without). ZeRO-0, DDP and FSDP were predicted within -7 to -11 % on an H100 and an H200
-    from the traced model alone (benchmarks/gpu_runs/2026-11-26_h100); ZeRO-1/2 hook once per
-    gradient bucket and are not probed. A CPU job is not probed: its ZeRO-3 steps were
-    predicted within 30 % without the probe (benchmarks/cpu_runs/2026-11-26_measured_time), and
-    on a CPU the probe's difference is the size of its timing noise (two probes of one tiny
-    ZeRO-3 job at 1 thread on a 2-core machine, 2026-11-26: 0.027 and 0.104 s of hooks per
-    micro-batch; the second took a +21 % step prediction to +60 %). The probe itself runs on
-    a CPU: its tests run it there."""
+    without). ZeRO-0, DDP and FSDP are predicted from the traced model alone
+    (benchmarks/gpu_runs/2026-11-26_h100); ZeRO-1/2 hook once per gradient bucket and are not
+    probed. A CPU job is not probed: its ZeRO-3 steps are predicted within 30 % without it, and
+    on a CPU the probe's difference is the size of its timing noise
+    (benchmarks/cpu_runs/2026-11-26_measured_time). The probe itself runs on a CPU: its tests
+    run it there."""
     return (
-        job.workload.name == "train"
-        and job.device == "cuda"
+        job.device == "cuda"
         and job.engine == "deepspeed"
         and job.layout.zero_stage == 3
         and job.layout.pp == 1
@@ -101,7 +96,7 @@ def probe_job(job: Any, num_layers: int, tokens: tuple[int, int] | None = None) 
 def join_one_rank_group(device: str) -> None:
     """A one-rank process group on this machine (the engine needs one). It sets the
     torch.distributed variables in this process's environment: the probe runs as its own
-    process (python -m distbench.compose.engine_probe)."""
+    process (python -m distbench.workloads.train.engine_probe)."""
     import torch.distributed as dist
 
     from distbench.ranks import dist as dist_utils
@@ -128,7 +123,7 @@ def cut_seconds(cut: Any) -> dict[str, float]:
     engine = ds_engine.initialize(build_meta_model(cut.model, cut.weights_dtype), cut).engine
     tokens = (cut.batch.micro_batch_size, cut.batch.seq_len)
     ids = torch.zeros(*tokens, dtype=torch.long, device=device)
-    bare = step_parts.bare_forward_backward(cut.model, device, cut.dtype, tokens)
+    bare = timing.bare_forward_backward(cut.model, device, cut.dtype, tokens)
     calls = {
         "forward_backward_s": lambda: engine.backward(engine(input_ids=ids, labels=ids).loss),
         "step_s": engine.step,
@@ -137,7 +132,7 @@ def cut_seconds(cut: Any) -> dict[str, float]:
     times: dict[str, list[float]] = {field: [] for field in PROBE_FIELDS}
     for i in range(ENGINE_WARMUP_ITERS + ENGINE_TIMED_ITERS):
         for field, call in calls.items():
-            seconds = step_parts.timed_s(call, device)
+            seconds = timing.timed_s(call, device)
             if i >= ENGINE_WARMUP_ITERS:
                 times[field].append(seconds)
     engine.destroy()
@@ -167,7 +162,7 @@ def free_memory(device: str) -> None:
 def measure(job: Any, threads: int = 1) -> dict[str, Any]:
     """Time the engine and the bare model at each of CUTS' depths, on one micro-batch of the
     job's shape; where that does not fit on one unsharded device (the job's ranks shard it),
-    on step_parts.HOST_PROBE_TOKENS: the hooks' host time, none of it hidden. `tokens` says
+    on timing.HOST_PROBE_TOKENS: the hooks' host time, none of it hidden. `tokens` says
     which."""
     import torch
     import torch.distributed as dist
@@ -176,7 +171,7 @@ def measure(job: Any, threads: int = 1) -> dict[str, Any]:
     if device == "cpu":
         torch.set_num_threads(threads)
     join_one_rank_group(device)
-    step_parts.warm_up(device)
+    timing.warm_up(device)
     tokens = (job.batch.micro_batch_size, job.batch.seq_len)
     try:
         per_cut = cuts_seconds(job, tokens)
@@ -184,7 +179,7 @@ def measure(job: Any, threads: int = 1) -> dict[str, Any]:
         per_cut = None
     if per_cut is None:  # outside the except: its traceback no longer holds the cut's tensors
         free_memory(device)
-        tokens = step_parts.HOST_PROBE_TOKENS
+        tokens = timing.HOST_PROBE_TOKENS
         per_cut = cuts_seconds(job, tokens)
     dist.destroy_process_group()
     return {
@@ -196,14 +191,14 @@ def measure(job: Any, threads: int = 1) -> dict[str, Any]:
 
 
 def engine_parts(probe: dict[str, Any], num_layers: int) -> dict[str, float]:
-    """A probe's figures at the model's depth (hardware.ENGINE_PARTS_FIELDS): the engine's
+    """A probe's figures at the model's depth (parts.ENGINE_PARTS_FIELDS): the engine's
     forward + backward beyond the bare model's, and its step, extrapolated linearly from the
     cuts (step_parts.extrapolate), never below 0."""
     extra = [probe["forward_backward_s"][n] - probe["bare_forward_backward_s"][n] for n in CUTS]
     step = [probe["step_s"][n] for n in CUTS]
     return {
-        "micro_batch_engine_host_s": max(step_parts.extrapolate(*extra, num_layers), 0.0),
-        "engine_step_s": max(step_parts.extrapolate(*step, num_layers), 0.0),
+        "micro_batch_engine_host_s": max(extrapolate(*extra, num_layers), 0.0),
+        "engine_step_s": max(extrapolate(*step, num_layers), 0.0),
     }
 
 
@@ -228,17 +223,25 @@ def cache_key(job: Any, device_name: str, threads: int = 1) -> str:
     )
 
 
-def read_cache() -> dict[str, Any]:
-    """Every cached engine measurement by cache_key ({} without a cache)."""
-    return step_parts.read_cache(CACHE_FILE)
+def is_probe(entry: Any) -> bool:
+    """Whether a cache entry holds a whole probe (an older or a damaged one is measured again)."""
+    return isinstance(entry, dict) and all(
+        isinstance(entry.get(field), dict) and all(str(n) in entry[field] for n in CUTS)
+        for field in PROBE_FIELDS
+    )
+
+
+def cached_probe(job: Any, device_name: str, threads: int = 1) -> dict[str, Any] | None:
+    """The cached probe of this job's engine, if a whole one is cached."""
+    return cache.cached_entry(CACHE_FILE, cache_key(job, device_name, threads), is_probe)
 
 
 def cached_or_measured(
     job: Any, device_name: str, threads: int = 1, force: bool = False
 ) -> dict[str, Any]:
-    """The cached figures for this job's engine, or measure and cache them."""
+    """The cached figures for this job's engine, or measure and cache them (in this process)."""
     key = cache_key(job, device_name, threads)
-    return step_parts.cached(CACHE_FILE, key, lambda: measure(job, threads), force)
+    return cache.cached(CACHE_FILE, key, lambda: measure(job, threads), force, valid=is_probe)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,12 +254,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from omegaconf import OmegaConf
 
-    from distbench.compose.hardware import _device_name
     from distbench.job import Job
+    from distbench.probes.detect import device_name
 
     job = Job.from_tree(OmegaConf.to_container(OmegaConf.load(args.job_yaml)))
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if job.device == "cuda" else "cpu")
-    name = args.device_name or _device_name(job.device)
+    name = args.device_name or device_name(job.device)
     threads = args.threads if job.device == "cpu" else 1
     result = cached_or_measured(job, name, threads, args.force)
     at_depth = engine_parts(result, job.model.num_layers)

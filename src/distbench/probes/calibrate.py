@@ -1,7 +1,8 @@
 """Measure this device's peak TFLOP/s for one dtype with a timed large GEMM, and cache it.
 
-`hardware.peak_source=measured` runs this as a subprocess (the orchestrator never imports torch)
-and reads the last stdout line, one JSON document. C = A @ B with square n × n operands costs
+`hardware.peak_source=measured` asks `measured_peak_tflops()` (from distbench/prepare.py),
+which reads the cache or runs this module as a subprocess (the caller never imports torch) and
+reads its last stdout line, one JSON document. C = A @ B with square n × n operands costs
 2·n³ FLOPs. Warm-up first (allocator, kernel/library selection, CPU frequency ramp), then at
 least 10 timed iterations, each bracketed by a device sync. The figure is the **best** iteration
 (shortest time), not the median: a peak is what the device can do, and on a machine shared
@@ -10,11 +11,11 @@ one; the median is reported next to it. On CPU the GEMM runs on `--threads` thre
 rank = one core, as distbench runs ranks). n shrinks from `--size` until one GEMM takes under
 `--max-iter-s`, so a slow dtype (bf16 on a core without AVX512-BF16) stays quick.
 
-Cached in ~/.cache/distbench/peak_tflops.json ($DISTBENCH_CACHE_DIR overrides the folder), keyed
-by host, device name, dtype and threads; `--force` measures again.
+Cached in peak_tflops.json of the probes' cache folder (probes/cache.py), keyed by host, device
+name, dtype and threads; `--force` measures again.
 
-    python -m distbench.compose.calibrate --device cpu --dtype fp32 --threads 1
-    python -m distbench.compose.calibrate --device cuda --dtype bf16
+    python -m distbench.probes.calibrate --device cpu --dtype fp32 --threads 1
+    python -m distbench.probes.calibrate --device cuda --dtype bf16
 """
 
 from __future__ import annotations
@@ -26,46 +27,52 @@ import socket
 import statistics
 import sys
 import time
-from pathlib import Path
+from numbers import Real
 from typing import Any
 
-from distbench.files import file_lock, write_json_atomic
+from distbench.probes import cache, runner
 
+MODULE = "distbench.probes.calibrate"  # run as a subprocess: python -m MODULE
+CACHE_FILE = "peak_tflops.json"
 MIN_TIMED_ITERS = 10
 DEFAULT_SIZE = {"cpu": 2048, "cuda": 8192}
 MIN_SIZE = 256
-
-
-def cache_path() -> Path:
-    folder = os.environ.get("DISTBENCH_CACHE_DIR") or Path.home() / ".cache" / "distbench"
-    return Path(folder) / "peak_tflops.json"
+# What `hardware.peak_source=measured` calibrates when no dtype is named, per device.
+CALIBRATED_DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
 
 
 def cache_key(device_name: str, dtype: str, threads: int, host: str | None = None) -> str:
     return f"{host or socket.gethostname()}|{device_name}|{dtype}|threads={threads}"
 
 
-def _read_cache(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+def _is_peak(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("tflops"), Real)
 
 
 def cached_peak(device_name: str, dtype: str, threads: int) -> float | None:
     """The cached peak TFLOP/s of this host's device for dtype and threads, if measured."""
-    entry = _read_cache(cache_path()).get(cache_key(device_name, dtype, threads))
+    entry = cache.cached_entry(CACHE_FILE, cache_key(device_name, dtype, threads), _is_peak)
     return float(entry["tflops"]) if entry else None
 
 
 def store_peak(device_name: str, dtype: str, threads: int, result: dict[str, Any]) -> None:
     """Add one measurement to the cache (a lock: several jobs may calibrate at once)."""
-    path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(path.parent / "peak_tflops.lock"):
-        cache = _read_cache(path)
-        cache[cache_key(device_name, dtype, threads)] = result
-        write_json_atomic(path, dict(sorted(cache.items())))
+    cache.store(CACHE_FILE, cache_key(device_name, dtype, threads), result)
+
+
+def measured_peak_tflops(
+    device: str, dtype: str, threads: int, device_name: str, timeout_s: float = 600.0
+) -> float:
+    """This machine's peak TFLOP/s for dtype: the cache's, else a `python -m
+    distbench.probes.calibrate` subprocess. Raises runner.NotMeasured under cache_only()
+    without an entry, one of runner.PROBE_ERRORS when the calibration fails."""
+    cached = cached_peak(device_name, dtype, threads)
+    if cached is not None:
+        return cached
+    args = ["-m", MODULE, "--device", device, "--dtype", dtype]
+    args += ["--threads", str(threads), "--device-name", device_name]
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(threads, 1)))
+    return float(runner.run_probe(args, env, timeout_s)["tflops"])
 
 
 def gemm_tflops(n: int, seconds: float) -> float:
@@ -132,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="measure even when cached")
     args = parser.parse_args(argv)
 
-    from distbench.compose.hardware import _device_name
+    from distbench.probes.detect import device_name
 
-    name = args.device_name or _device_name(args.device)
+    name = args.device_name or device_name(args.device)
     cached = None if args.force else cached_peak(name, args.dtype, args.threads)
     if cached is not None:
         result = {"tflops": cached, "cached": True}

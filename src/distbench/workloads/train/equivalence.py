@@ -7,7 +7,7 @@ replica's rows, every micro-batch): the first step's loss is computed before any
 no training is needed. It runs in a subprocess (the orchestrator does not import torch) and is
 cached per model, batch, dtype, seed and number of rows, so a sweep computes it once.
 
-    python -m distbench.figures.equivalence JOB_DIR      # prints {"loss_first_single": ...}
+    python -m distbench.workloads.train.equivalence JOB_DIR      # prints {"loss_first_single": ...}
 """
 
 from __future__ import annotations
@@ -84,20 +84,29 @@ def compute_reference(job: Job) -> float:
     return sum(losses) / len(losses)
 
 
+def _read_cache() -> dict[str, float]:
+    """Every cached reference by key ({} without a cache, or one that is not a JSON object)."""
+    try:
+        cache = json.loads(CACHE.read_text())
+    except (OSError, ValueError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
 def reference_loss(job: Job, job_dir: Path, timeout_s: float = 600) -> float:
     """The cached reference, or computed now in a subprocess (from job_dir's resolved.yaml,
     which holds `job`) and cached."""
     key = reference_key(job)
-    cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
-    if key not in cache:
+    cache = _read_cache()
+    if not isinstance(cache.get(key), (int, float)):  # a damaged entry is computed again
         out = subprocess.run(
-            [sys.executable, "-m", "distbench.figures.equivalence", str(job_dir)],
+            [sys.executable, "-m", "distbench.workloads.train.equivalence", str(job_dir)],
             capture_output=True,
             text=True,
             timeout=timeout_s,
             check=True,
         ).stdout
-        cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
+        cache = _read_cache()
         cache[key] = json.loads(out.strip().splitlines()[-1])["loss_first_single"]
         CACHE.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(CACHE, cache)

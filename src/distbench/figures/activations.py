@@ -1,0 +1,131 @@
+"""Activation bytes a device keeps for backward: per transformer layer (Korthikanti et al.'s
+textbook figure and what HF's decoder layers really save), the loss's logits, and what a
+pipeline's last stage holds of them.
+
+    python -c "from distbench.figures.activations import *; print(loss_logits_bytes(1024, 4, 8))"
+
+Bytes per micro-batch unless named otherwise; pure functions.
+tests/unit/test_analytic_references.py measures the real HF models' saved tensors and the
+loss's peak against these.
+"""
+
+from __future__ import annotations
+
+from distbench.figures.metrics import BYTES_PER_DTYPE
+
+
+def activation_bytes_per_layer(
+    seq_len: int,
+    micro_batch_size: int,
+    hidden_size: int,
+    num_heads: int,
+    *,
+    tp: int = 1,
+    recompute: bool = False,
+    dtype_bytes: int = 2,
+    attention_scores_stored: bool = True,
+) -> float:
+    """Activation bytes one transformer layer keeps for backward, per micro-batch.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+    section 4 and table 2 (16-bit activations, 1-byte dropout masks):
+
+        no parallelism        s·b·h·(34 + 5·a·s/h)
+        tensor parallel t     s·b·h·(10 + 24/t + 5·a·s/(h·t))   (no sequence parallelism,
+                                                               as DeepSpeed AutoTP)
+        full recomputation    2·s·b·h                            (only the layer's input)
+
+    The 5·a·s/h term is the a·s² attention scores (softmax output, dropout mask and output);
+    fused attention (`sdpa`'s flash / memory-efficient kernels) does not store it: pass
+    attention_scores_stored=False. fp32 training (dtype_bytes=4) doubles every term. The
+    textbook figure (GPT-3's layer); what HF's models save is `hf_activation_bytes_per_layer`."""
+    s, b, h, a, t = seq_len, micro_batch_size, hidden_size, num_heads, tp
+    scale = dtype_bytes / 2
+    if recompute:
+        return 2.0 * s * b * h * scale
+    scores = 5.0 * a * s / (h * t) if attention_scores_stored else 0.0
+    return s * b * h * (10.0 + 24.0 / t + scores) * scale
+
+
+# Elements per token per layer that HF's decoder layers save for backward, outside the
+# attention scores, as (× hidden_size, × intermediate_size) and the part of the hidden-size
+# term TP does not split (the two norms' inputs and outputs). Counted from the saved tensors
+# (torch.autograd.graph.saved_tensors_hooks) of transformers' LlamaDecoderLayer and GPT2Block
+# in training mode without dropout, the way distbench builds them; Korthikanti's 34 bytes per
+# s·b·h (17 elements) assume GPT-3's layer. tests/unit/test_analytic_references.py measures
+# the real models and holds this within 10 %.
+HF_SAVED_ELEMENTS = {"llama": (9.0, 4.0, 4.0), "gpt2": (7.0, 5.0, 4.0)}
+
+
+def hf_activation_bytes_per_layer(
+    family: str,
+    seq_len: int,
+    micro_batch_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_heads: int,
+    *,
+    tp: int = 1,
+    dtype_bytes: int = 2,
+    attention_scores_stored: bool = False,
+    recompute: bool = False,
+) -> float:
+    """Bytes one HF decoder layer saves for backward per micro-batch:
+
+        dtype · s·b · (c_h·h + c_i·i)  (HF_SAVED_ELEMENTS; TP splits all but the norms)
+        + s·b·a·s · (dtype + 1) / t    with eager attention: the softmax output and the
+                                       (p = 0) dropout's 1-byte mask
+    SDPA's fused kernels keep only q, k, v, the output and the log-sum-exp: no s² term
+    (Dao et al. 2022, FlashAttention). Full recomputation keeps the layer input, 2·s·b·h
+    bytes in 16 bits (Korthikanti et al. 2022)."""
+    s, b = seq_len, micro_batch_size
+    if recompute:
+        return float(dtype_bytes * s * b * hidden_size)
+    c_h, c_i, replicated = HF_SAVED_ELEMENTS[family]
+    elements = (
+        replicated * hidden_size + ((c_h - replicated) * hidden_size + c_i * intermediate_size) / tp
+    )
+    scores = num_heads * s * (dtype_bytes + 1) / tp if attention_scores_stored else 0.0
+    return s * b * (dtype_bytes * elements + scores)
+
+
+def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int = 1) -> float:
+    """The cross-entropy's fp32 logits: 4·s·b·v/t bytes (Korthikanti et al. 2022, section
+    4.3). A lower bound: see `loss_logits_bytes` for what the loss really holds."""
+    return 4.0 * seq_len * micro_batch_size * vocab_size / tp
+
+
+# Bytes per logit at the loss's peak, in any model dtype: three fp32 tensors (loss_logits_bytes).
+LOSS_PEAK_BYTES_PER_LOGIT = 3.0 * BYTES_PER_DTYPE["fp32"]
+
+
+def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int = 1) -> float:
+    """The logits at the loss's peak, in log-softmax's backward (at the start of every
+    backward, right after nll_loss's): HF's ForCausalLMLoss upcasts the logits to fp32,
+    cross_entropy saves its fp32 log-softmax (4 B each), nll_loss's backward hands it a dense
+    fp32 gradient (4 B) and log-softmax's backward writes another (4 B): s·b·v·12/t, whatever
+    the model's dtype (its 16-bit logits and their gradient come before and after, with fewer
+    fp32 tensors alive).
+    tests/unit/test_analytic_references.py measures it with the profiler's memory timeline.
+    DeepSpeed AutoTP keeps the LM head whole (t = 1 then)."""
+    return seq_len * micro_batch_size * vocab_size * LOSS_PEAK_BYTES_PER_LOGIT / tp
+
+
+def pipeline_logits_held_bytes(
+    seq_len: int,
+    micro_batch_size: int,
+    vocab_size: int,
+    num_micro_batches: int,
+    *,
+    dtype_bytes: int,
+    all_forwards_first: bool,
+) -> float:
+    """What torch.distributed.pipelining's last stage holds of the logits beyond one
+    micro-batch's loss (`loss_logits_bytes`): the schedule keeps every micro-batch's stage
+    output, its logits in the model's dtype, until the step merges them (m·dtype); GPipe runs
+    every forward before the first backward, so the other micro-batches' saved fp32
+    log-softmax (4 B each) wait too: s·b·v·(m·dtype + (m−1)·4).
+    tests/distributed/test_torch_engine.py holds a real last stage's peak to it."""
+    m = num_micro_batches
+    per_logit = m * dtype_bytes + ((m - 1) * BYTES_PER_DTYPE["fp32"] if all_forwards_first else 0)
+    return seq_len * micro_batch_size * vocab_size * per_logit

@@ -1,0 +1,252 @@
+"""Communication of a training layout: bytes each device sends per optimizer step per parallel
+group (dp / tp / pp), the collectives that carry them, the link each group runs on, and their
+time by the α-β model.
+
+    python -c "from distbench.figures.communication import *; print(ring_all_reduce_bytes(1e9, 8))"
+
+A group within a node runs on hardware.interconnect_gbps (NVLink); one that crosses nodes on
+hardware.internode_gbytes_per_s (the NIC per GPU); with hardware.link_source=measured, the
+store's collectives fits (figures/links.py) come first. What of this time hides under compute
+is figures/step_time.py's `hidden_comm_s`. Pure functions; bytes per device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distbench.job import Layout
+
+GB = 1e9  # the β of the α-β model is in GB/s, 1e9 bytes/s
+# Per-collective latency (the α of the α-β model). NCCL: ~10 µs within a node (nccl-tests
+# small-message times); gloo over loopback TCP: ~100 µs.
+DEFAULT_LATENCY_S = {"cuda": 10e-6, "cpu": 100e-6}
+# Link between ranks when hardware.interconnect_gbps is unset: CPU ranks on one host talk
+# gloo over loopback TCP; the reduction runs on the same busy core, so the effective rate is
+# far below the socket's (fitted value: benchmarks/planner_constants/README.md).
+DEFAULT_CPU_INTERCONNECT_GBPS = 0.25
+# Elements per DeepSpeed communication bucket (conf/ds_zero/*.yaml reduce_bucket_size).
+DEFAULT_BUCKET_ELEMENTS = 5_000_000
+# Weight matrices per layer (what ZeRO-3 gathers one by one): Llama q, k, v, o, gate, up, down;
+# GPT-2 c_attn, attn c_proj, c_fc, mlp c_proj. Norms stay resident (persistence threshold).
+MATRICES_PER_LAYER = {"llama": 7, "gpt2": 4}
+GROUPS = ("dp", "tp", "pp")
+
+
+def ring_all_reduce_bytes(num_bytes: float, n: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of `num_bytes`: 2·(n−1)/n · num_bytes
+    (Patarasuk & Yuan 2009; nccl-tests doc/PERFORMANCE.md, the bus-bandwidth factor)."""
+    return 2.0 * (n - 1) / n * num_bytes
+
+
+def ring_gather_bytes(num_bytes: float, n: int) -> float:
+    """Bytes each rank sends in a ring all-gather or reduce-scatter: (n−1)/n · num_bytes."""
+    return (n - 1) / n * num_bytes
+
+
+def dp_comm_bytes(
+    shard_params: float,
+    dp: int,
+    zero_stage: int,
+    *,
+    grad_bytes: int,
+    param_bytes: int,
+    grad_accum_steps: int = 1,
+) -> float:
+    """Data-parallel bytes sent per device per optimizer step (ZeRO paper, section 7):
+
+        stage 0   all-reduce of the gradients          2Ψ(n−1)/n        once per step
+        stage 1   reduce-scatter + all-gather params   2Ψ(n−1)/n        once per step
+        stage 2   reduce-scatter every micro-step + all-gather params once
+        stage 3   per micro-step: all-gather params in forward and in backward +
+                  reduce-scatter grads: 3Ψ(n−1)/n = 1.5× DP
+
+    Ψ in elements × bytes per element. With one micro-step all of this is the paper's; with
+    gradient accumulation DeepSpeed reduces stage 2/3 gradients in every backward (they are
+    partitioned), and stage 0/1 only at the accumulation boundary."""
+    if dp == 1:
+        return 0.0
+    grads, params = shard_params * grad_bytes, shard_params * param_bytes
+    m = grad_accum_steps
+    if zero_stage == 0:
+        return ring_all_reduce_bytes(grads, dp)
+    if zero_stage == 1:
+        return ring_gather_bytes(grads, dp) + ring_gather_bytes(params, dp)
+    if zero_stage == 2:
+        return m * ring_gather_bytes(grads, dp) + ring_gather_bytes(params, dp)
+    return m * (2 * ring_gather_bytes(params, dp) + ring_gather_bytes(grads, dp))
+
+
+def tp_comm_bytes(
+    tp: int,
+    num_layers_local: float,
+    micro_batch_size: int,
+    seq_len: int,
+    hidden_size: int,
+    *,
+    act_bytes: int,
+    grad_accum_steps: int = 1,
+) -> float:
+    """Tensor-parallel bytes per device per step: 4 all-reduces of b·s·h per layer per
+    micro-batch, 2 in forward (after attention and after the MLP) and 2 in backward
+    (Shoeybi et al. 2019, Megatron-LM, section 3 and figure 4), ring factor 2(t−1)/t."""
+    if tp == 1:
+        return 0.0
+    one = micro_batch_size * seq_len * hidden_size * act_bytes
+    return grad_accum_steps * num_layers_local * 4 * ring_all_reduce_bytes(one, tp)
+
+
+def pp_comm_bytes(
+    pp: int, micro_batch_size: int, seq_len: int, hidden_size: int, *, act_bytes: int, num_micro
+) -> float:
+    """Pipeline bytes a middle stage sends per step: per micro-batch its b·s·h activations
+    forward and their gradient backward (GPipe / PipeDream point-to-point)."""
+    if pp == 1:
+        return 0.0
+    return 2.0 * num_micro * micro_batch_size * seq_len * hidden_size * act_bytes
+
+
+def comm_bytes_per_group(
+    layout: Layout,
+    shard_params: float,
+    layers_local: float,
+    *,
+    micro_batch_size: int,
+    seq_len: int,
+    hidden_size: int,
+    grad_bytes: int,
+    param_bytes: int,
+    act_bytes: int,
+    grad_accum_steps: int,
+) -> dict[str, float]:
+    """Bytes one device sends per step in each group: `dp_comm_bytes`, `tp_comm_bytes`,
+    `pp_comm_bytes`."""
+    b, s, h, m = micro_batch_size, seq_len, hidden_size, grad_accum_steps
+    return {
+        "dp": dp_comm_bytes(
+            shard_params,
+            layout.dp,
+            layout.zero_stage,
+            grad_bytes=grad_bytes,
+            param_bytes=param_bytes,
+            grad_accum_steps=m,
+        ),
+        "tp": tp_comm_bytes(
+            layout.tp, layers_local, b, s, h, act_bytes=act_bytes, grad_accum_steps=m
+        ),
+        "pp": pp_comm_bytes(layout.pp, b, s, h, act_bytes=act_bytes, num_micro=m),
+    }
+
+
+def collectives_per_group(
+    layout: Layout,
+    shard_params: float,
+    layers_local: float,
+    grad_accum_steps: int,
+    zero_block: dict[str, Any] | None,
+    family: str,
+) -> dict[str, float]:
+    """Collectives per step in each group, each paying the latency α once: the gradient
+    buckets (reduce, plus the all-gather of updated params for stage 1/2; reduce_bucket_size
+    elements each); ZeRO-3 all-gathers each weight matrix in forward and in backward (+ the
+    embedding and LM head); tp 4 all-reduces per layer per micro-batch; pp a send forward and
+    one backward per micro-batch."""
+    m = grad_accum_steps
+    bucket = float((zero_block or {}).get("reduce_bucket_size", DEFAULT_BUCKET_ELEMENTS))
+    buckets = math.ceil(shard_params / bucket) if layout.dp > 1 else 0
+    reductions = {0: 1, 1: 2, 2: m + 1, 3: m}[layout.zero_stage]
+    collectives = {"dp": float(buckets * reductions)}
+    if layout.zero_stage == 3 and layout.dp > 1:
+        gathered = MATRICES_PER_LAYER[family] * layers_local + 2  # + embedding, LM head
+        collectives["dp"] += 2 * m * gathered
+    collectives["tp"] = 4 * layers_local * m * (layout.tp > 1)
+    collectives["pp"] = 2.0 * m * (layout.pp > 1)
+    return collectives
+
+
+def comm_time_s(
+    num_bytes: float, bandwidth_gbps: float, num_collectives: float = 0, latency_s: float = 0.0
+) -> float:
+    """α-β model (Hockney 1994): num_collectives·α + bytes / β, β in GB/s (1e9 bytes/s)."""
+    return num_collectives * latency_s + num_bytes / (bandwidth_gbps * GB)
+
+
+def default_latency_s(device: str) -> float:
+    """The assumed latency of one collective (s) when neither a flag nor a fit gives one."""
+    return DEFAULT_LATENCY_S.get(device, 10e-6)
+
+
+def group_spans_nodes(group: str, layout: Layout, ranks_per_node: int) -> bool:
+    """Whether a dp, tp or pp group crosses a node boundary. Ranks are
+    arange(world).view(dp, pp, tp), tp fastest (engines/__init__.py): a tp group is tp
+    consecutive ranks, a pp group spans tp·pp ranks, a dp group the whole world; nodes hold
+    ranks_per_node consecutive ranks."""
+    size = {"dp": layout.dp, "tp": layout.tp, "pp": layout.pp}[group]
+    span = {"dp": layout.world_size, "tp": layout.tp, "pp": layout.tp * layout.pp}[group]
+    return size > 1 and span > ranks_per_node
+
+
+def hardware_internode_gbytes_per_s(hardware: Any) -> float | None:
+    """The inter-node link per device in GB/s (hardware.internode_gbytes_per_s), None if the
+    catalog entry has none. A ring whose group crosses nodes runs at its slowest link, this
+    one (Patarasuk & Yuan 2009: ring time is bounded by the slowest hop)."""
+    value = getattr(hardware, "internode_gbytes_per_s", None)
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class Links:
+    """The links a layout's groups run on: the intra-node rate (GB/s), the inter-node one
+    (None: one node only), the latency α of one collective (s), and each group's rate."""
+
+    intra_gbps: float
+    internode_gbytes_per_s: float | None
+    latency_s: float
+    per_group: dict[str, float]
+
+
+def resolve_links(
+    hardware: Any,
+    layout: Layout,
+    ranks_per_node: int,
+    device: str,
+    *,
+    bandwidth_gbps: float | None = None,
+    latency_s: float | None = None,
+) -> Links:
+    """Each group's link: the flag (`bandwidth_gbps`, `latency_s`) first, then with
+    hardware.link_source=measured the store's fits (measured_interconnect_gbps,
+    measured_internode_gbytes_per_s, link_latency_us), then the catalog, then the CPU default
+    (DEFAULT_CPU_INTERCONNECT_GBPS, DEFAULT_LATENCY_S). A group that spans nodes runs on the
+    inter-node link when one is known."""
+    measured = hardware.link_source == "measured"
+    bw = (
+        bandwidth_gbps
+        or (measured and hardware.measured_interconnect_gbps)
+        or hardware.interconnect_gbps
+        or DEFAULT_CPU_INTERCONNECT_GBPS
+    )
+    internode = (
+        measured and hardware.measured_internode_gbytes_per_s
+    ) or hardware_internode_gbytes_per_s(hardware)
+    alpha = latency_s
+    if alpha is None:
+        measured_us = hardware.link_latency_us if measured else None
+        alpha = measured_us * 1e-6 if measured_us is not None else default_latency_s(device)
+    spans = {g: group_spans_nodes(g, layout, ranks_per_node) for g in GROUPS}
+    link = {g: float(internode if spans[g] and internode else bw) for g in spans}
+    return Links(
+        intra_gbps=float(bw), internode_gbytes_per_s=internode, latency_s=alpha, per_group=link
+    )
+
+
+def comm_s_per_group(
+    comm_bytes: dict[str, float], collectives: dict[str, float], links: Links
+) -> dict[str, float]:
+    """Each group's communication time on its link (`comm_time_s`), none of it hidden."""
+    return {
+        g: comm_time_s(comm_bytes[g], links.per_group[g], collectives[g], links.latency_s)
+        for g in comm_bytes
+    }

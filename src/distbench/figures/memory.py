@@ -1,0 +1,384 @@
+"""Predicted memory per device of a training layout, every byte named (`Memory.terms`).
+
+    python -c "from distbench.figures.memory import *; print(CUDA_CONTEXT_GIB)"
+    distbench plan model=llama3_8b world_size=8 hardware=h100_sxm    # prints each term
+
+`memory_per_device` assembles the named parts, each with its source:
+- model states (figures/model_states.py) on this device's model shard (figures/params.py:
+  the heaviest pipeline stage / tp; DeepSpeed divides everything by tp, torch_tp replicates
+  the embedding and head), placed by `place_model_states`: offload (ZeRO-Offload, Ren et al.
+  2021) moves the optimizer states and the fp32 gradient partition (and with offload_param
+  the parameter shard) to the host, unless the device *is* the host (CPU ranks);
+- buffers (`engine_buffer_bytes`): DeepSpeed's buckets and ZeRO-3's gathered weights from the
+  run's own zero_optimization block, DDP's gradient buckets, FSDP2's gathered layers;
+- activations (`activation_terms`, figures/activations.py): HF's saved tensors per layer for
+  one micro-batch, times the micro-batches a pipeline stage holds, plus the loss's logits and
+  the backward's transient weight gradient;
+- the peak is the resident terms + max(forward/backward activations, optimizer-step
+  temporaries); on CPU + the process runtime (CPU_RUNTIME_GIB); on a GPU, fitting also needs
+  the CUDA context (CUDA_CONTEXT_GIB) and fragmentation (figures/predict.py).
+Not modelled: activation checkpointing unless --recompute, kernels' own workspaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from distbench.compose.schema import DEFAULT_PP_SCHEDULE
+from distbench.figures.activations import (
+    hf_activation_bytes_per_layer,
+    loss_logits_bytes,
+    pipeline_logits_held_bytes,
+)
+from distbench.figures.metrics import BYTES_PER_DTYPE, GIB
+from distbench.figures.model_states import StateTerm, engine_state_terms, state_term_bytes
+from distbench.figures.params import ParamSplit, params_per_model_shard
+from distbench.precision import is_mixed
+
+if TYPE_CHECKING:
+    from distbench.job import Layout
+
+# Process RSS of a CPU rank that is not model states or activations: the interpreter, torch,
+# transformers, gloo, the engine, allocator caches; DeepSpeed adds its modules and its CPU
+# communication op. Counted in the predicted peak on CPU only (`Memory.runtime`): the measured
+# CPU peak is VmHWM, the whole process; on a GPU the peak is CUDA max allocated, which has no
+# runtime. Fitted values: benchmarks/planner_constants/README.md.
+CPU_RUNTIME_GIB = {"torch": 0.37, "deepspeed": 0.49}
+# What a CPU rank that communicates adds to its RSS during the steps beyond the buffers
+# modelled: gloo's per-collective copies, and DeepSpeed's shared-memory CPU communication
+# workspace (fitted the same way: measured peak − prediction without it).
+CPU_COMM_RUNTIME_GIB = {"torch": 0.1, "deepspeed": 0.15}
+# What CUDA max allocated does not show but a device must hold: the CUDA context and
+# cuBLAS/NCCL workspaces (~0.5-1 GiB on an H100) and the caching allocator's fragmentation.
+# Added when deciding whether a layout fits, not to pred_peak_mem_gib.
+CUDA_CONTEXT_GIB = 0.75
+ALLOCATOR_FRAGMENTATION = 0.05
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Predicted bytes per device, by term. The peak is the resident terms (params, grads,
+    optimizer, buffers, runtime) plus the larger of the forward/backward peak (activations)
+    and the optimizer step's temporaries (step_temp): they do not coexist. `host` is what
+    offload keeps in host memory per device; `terms` names every byte."""
+
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    host: float = 0.0
+    buffers: float = 0.0
+    step_temp: float = 0.0
+    runtime: float = 0.0
+    terms: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def total(self) -> float:
+        resident = self.params + self.grads + self.optimizer + self.buffers + self.runtime
+        return resident + max(self.activations, self.step_temp)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in asdict(self).items() if k != "terms"}
+        return {**out, "total": self.total}
+
+
+def cpu_runtime_bytes(engine: str, device_is_host: bool, world_size: int) -> float:
+    """The process runtime a CPU rank's peak RSS holds (CPU_RUNTIME_GIB, and
+    CPU_COMM_RUNTIME_GIB when it communicates); 0 on a GPU."""
+    runtime_gib = 0.0
+    if device_is_host:
+        runtime_gib = CPU_RUNTIME_GIB.get(engine, 0.0)
+        if world_size > 1:
+            runtime_gib += CPU_COMM_RUNTIME_GIB.get(engine, 0.0)
+    return runtime_gib * GIB
+
+
+# --------------------------------------------------------------------------- model states
+
+
+@dataclass(frozen=True)
+class PlacedStates:
+    """Model-state bytes by where they are at the peak: resident on the device by Memory field
+    (`sums`), made inside the optimizer step only (`step_temp`), offloaded to the host
+    (`host`); `by_term` holds each term's device bytes (0 once offloaded)."""
+
+    sums: dict[str, float]
+    step_temp: float
+    host: float
+    by_term: dict[str, float]
+
+
+def device_state_terms(
+    engine: str, dtype: str, precision: str, zero_stage: int, data_parallel: str | None
+) -> list[StateTerm]:
+    """`engine_state_terms`, less autocast's weight copies under FSDP2, which casts by its
+    MixedPrecisionPolicy instead (its bf16 copies are its gathered layers, a buffer)."""
+    terms = engine_state_terms(engine, dtype, precision, zero_stage)
+    if data_parallel == "fsdp":
+        terms = [t for t in terms if not t.name.startswith("autocast")]
+    return terms
+
+
+def place_model_states(
+    terms: list[StateTerm],
+    shard_params: float,
+    dp: int,
+    zero_stage: int,
+    *,
+    offload: bool,
+    offload_param: bool,
+) -> PlacedStates:
+    """Each term's bytes on this device's shard, placed: with `offload` (ZeRO-Offload to a
+    host that is not the device) the optimizer states and fp32 gradients (and with
+    offload_param the parameters) go to the host; step-only terms to step_temp."""
+    by_term = state_term_bytes(terms, shard_params, dp, zero_stage)
+    sums = {"params": 0.0, "grads": 0.0, "optimizer": 0.0}
+    step_temp, host = 0.0, 0.0
+    offloaded_kinds = {"optimizer"} | ({"params"} if offload_param else set())
+    for term in terms:
+        value = by_term[term.name]
+        if offload and (term.kind in offloaded_kinds or term.name.startswith("grads_fp32")):
+            host += value
+            by_term[term.name] = 0.0
+            continue
+        if term.step_only:
+            step_temp += value
+        else:
+            sums[term.kind] += value
+    return PlacedStates(sums=sums, step_temp=step_temp, host=host, by_term=by_term)
+
+
+# --------------------------------------------------------------------------- buffers
+
+
+def deepspeed_buffer_bytes(
+    zero_block: dict[str, Any],
+    zero_stage: int,
+    shard_params: float,
+    *,
+    param_bytes: int,
+    grad_bytes: int,
+    comm_fp32: bool,
+    dp: int,
+    largest_matrix: float,
+) -> dict[str, float]:
+    """DeepSpeed's communication buffers and ZeRO-3's gathered parameters, from the run's own
+    zero_optimization block (DeepSpeed's defaults where a key is absent:
+    reduce_bucket_size / allgather_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
+    stage3_max_live_parameters 1e9; DeepSpeed docs, "ZeRO optimizations").
+
+    - reduce bucket (ZeRO-0..3): gradients are flattened into buckets of reduce_bucket_size
+      elements before each reduction, in communication_data_type (fp32 here under bf16), so
+      an fp32 copy of the bucket joins the bf16 one;
+    - all-gather bucket (ZeRO-1/2): the updated partitions are gathered allgather_bucket_size
+      elements at a time, in the parameters' dtype;
+    - ZeRO-3: the live gathered parameters (stage3_max_live_parameters caps them; within
+      stage3_max_reuse_distance a gathered weight is kept for its reuse in backward, so a small
+      model stays gathered whole) plus the prefetch bucket, and the largest single weight with
+      its gradient before the reduce-scatter (DeepSpeed's estimator counts 4 B × the largest
+      layer: bf16 weight + bf16 gradient).
+    A bucket never exceeds the parameters it holds."""
+    shard = max(shard_params, 1.0)
+    if dp == 1 and zero_stage < 3:
+        return {}
+    reduce = min(float(zero_block.get("reduce_bucket_size", 5e8)), shard)
+    out = {"reduce_bucket": reduce * (grad_bytes + (4 if comm_fp32 and grad_bytes != 4 else 0))}
+    if zero_stage in (1, 2):
+        gather = min(float(zero_block.get("allgather_bucket_size", 5e8)), shard)
+        out["allgather_bucket"] = gather * param_bytes
+    if zero_stage == 3:
+        live = min(float(zero_block.get("stage3_max_live_parameters", 1e9)), shard)
+        prefetch = min(float(zero_block.get("stage3_prefetch_bucket_size", 5e7)), shard)
+        out["zero3_live_params"] = max(live, largest_matrix) * param_bytes
+        out["zero3_prefetch_bucket"] = prefetch * param_bytes
+        out["zero3_largest_weight_grad"] = largest_matrix * grad_bytes
+    return out
+
+
+def fsdp_buffer_bytes(
+    split: ParamSplit, tp: int, *, compute_bytes: int, reduce_bytes: int
+) -> dict[str, float]:
+    """FSDP2's unsharded working set (torch.distributed.fsdp.fully_shard per decoder layer,
+    then the root): the root's parameters (embedding, final norm, LM head) stay gathered from
+    forward to backward (FSDP2 does not reshard the root after forward), plus the current and
+    the prefetched decoder layer, in the compute dtype (MixedPrecisionPolicy.param_dtype), and
+    the unsharded gradients of the largest group before its reduce-scatter (reduce_dtype)."""
+    root = (split.input_embedding + split.output_head) / tp
+    layer = split.per_layer / tp
+    return {
+        "fsdp_gathered_params": compute_bytes * (root + 2 * layer),
+        "fsdp_unsharded_grads": reduce_bytes * max(root, layer),
+    }
+
+
+def engine_buffer_bytes(
+    engine: str,
+    data_parallel: str | None,
+    split: ParamSplit,
+    layout: Layout,
+    shard_params: float,
+    zero_block: dict[str, Any] | None,
+    *,
+    dtype_bytes: int,
+    mixed: bool,
+) -> dict[str, float]:
+    """The engine's buffers beside the model states: DeepSpeed's (`deepspeed_buffer_bytes`),
+    FSDP2's (`fsdp_buffer_bytes`), or DDP's reducer buckets, a second copy of the gradients
+    (in fp32 under the torch engine's mixed recipe)."""
+    w = dtype_bytes
+    if engine == "deepspeed":
+        return deepspeed_buffer_bytes(
+            zero_block or {},
+            layout.zero_stage or 0,
+            shard_params,
+            param_bytes=w,
+            grad_bytes=w,
+            comm_fp32=mixed,
+            dp=layout.dp,
+            largest_matrix=split.largest_matrix / layout.tp,
+        )
+    if data_parallel == "fsdp" and layout.dp > 1:
+        return fsdp_buffer_bytes(split, layout.tp, compute_bytes=w, reduce_bytes=4 if mixed else w)
+    if layout.dp > 1:
+        weight_bytes = 4 if (mixed and engine == "torch") else w
+        return {"ddp_buckets": weight_bytes * shard_params}
+    return {}
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def activation_terms(
+    split: ParamSplit,
+    layout: Layout,
+    *,
+    family: str,
+    seq_len: int,
+    micro_batch_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_heads: int,
+    vocab_size: int,
+    grad_accum_steps: int,
+    dtype_bytes: int,
+    attention_scores_stored: bool,
+    recompute: bool,
+    engine: str,
+    pp_schedule: str | None,
+    tied_embeddings: bool,
+) -> dict[str, float]:
+    """The forward/backward peak's terms:
+    - activations_layers: what one HF layer saves (`hf_activation_bytes_per_layer`) × the
+      stage's layers × the micro-batches it holds (1F1B: min(pp, m); torch_pp's GPipe, its
+      default `pp_schedule`: all m);
+    - activations_logits: the loss's logits (`loss_logits_bytes`; both engines keep the LM
+      head whole under TP: torch_tp replicates it, AutoTP too), and under torch_pp those its
+      last stage keeps (`pipeline_logits_held_bytes`);
+    - backward_grad_transient: backward materialises a weight's gradient before accumulating
+      it into .grad; a tied embedding gets two (from the LM head and from the lookup) at once."""
+    per_layer = hf_activation_bytes_per_layer(
+        family,
+        seq_len,
+        micro_batch_size,
+        hidden_size,
+        intermediate_size,
+        num_heads,
+        tp=layout.tp,
+        dtype_bytes=dtype_bytes,
+        attention_scores_stored=attention_scores_stored,
+        recompute=recompute,
+    )
+    m = grad_accum_steps
+    torch_pipeline = engine == "torch" and layout.pp > 1
+    torch_gpipe = torch_pipeline and (pp_schedule or DEFAULT_PP_SCHEDULE) == "gpipe"
+    in_flight = m if torch_gpipe else min(layout.pp, m)
+    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size)
+    if torch_pipeline:
+        logits += pipeline_logits_held_bytes(
+            seq_len,
+            micro_batch_size,
+            vocab_size,
+            m,
+            dtype_bytes=dtype_bytes,
+            all_forwards_first=torch_gpipe,
+        )
+    transient = dtype_bytes * split.largest_matrix / layout.tp * (2 if tied_embeddings else 1)
+    return {
+        "activations_layers": per_layer * split.num_layers / layout.pp * in_flight,
+        "activations_logits": logits,
+        "backward_grad_transient": transient,
+    }
+
+
+# --------------------------------------------------------------------------- the assembly
+
+
+def memory_per_device(
+    split: ParamSplit,
+    layout: Layout,
+    *,
+    dtype: str,
+    seq_len: int,
+    micro_batch_size: int,
+    grad_accum_steps: int,
+    hidden_size: int,
+    num_heads: int,
+    vocab_size: int,
+    offload_optimizer: bool = False,
+    offload_param: bool = False,
+    device_is_host: bool = False,
+    recompute: bool = False,
+    attention_scores_stored: bool = True,
+    engine: str = "deepspeed",
+    precision: str = "mixed",
+    family: str = "llama",
+    intermediate_size: int | None = None,
+    data_parallel: str | None = None,
+    zero_block: dict[str, Any] | None = None,
+    runtime_bytes: float = 0.0,
+    tied_embeddings: bool = False,
+    pp_schedule: str | None = None,
+) -> Memory:
+    """Every byte one device holds at its peak, by term (see `Memory` and this module's
+    docstring): model states, the engine's buffers, activations, runtime."""
+    stage, w, mixed = layout.zero_stage or 0, BYTES_PER_DTYPE[dtype], is_mixed(dtype, precision)
+    shard = params_per_model_shard(
+        split, layout.tp, layout.pp, outside_layers_whole=engine == "torch"
+    )
+    terms = device_state_terms(engine, dtype, precision, stage, data_parallel)
+    offload = offload_optimizer and not device_is_host  # the device is not the host
+    states = place_model_states(
+        terms, shard, layout.dp, stage, offload=offload, offload_param=offload_param
+    )
+    buffers = engine_buffer_bytes(
+        engine, data_parallel, split, layout, shard, zero_block, dtype_bytes=w, mixed=mixed
+    )
+    acts = activation_terms(
+        split,
+        layout,
+        family=family,
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 4 * hidden_size,
+        num_heads=num_heads,
+        vocab_size=vocab_size,
+        grad_accum_steps=grad_accum_steps,
+        dtype_bytes=w,
+        attention_scores_stored=attention_scores_stored,
+        recompute=recompute,
+        engine=engine,
+        pp_schedule=pp_schedule,
+        tied_embeddings=tied_embeddings,
+    )
+    device_states = {k: v for k, v in states.by_term.items() if v}
+    return Memory(
+        activations=sum(acts.values()),
+        host=states.host,
+        buffers=sum(buffers.values()),
+        step_temp=states.step_temp,
+        runtime=runtime_bytes,
+        terms={**device_states, **buffers, **acts, "runtime": runtime_bytes},
+        **states.sums,
+    )

@@ -1,0 +1,158 @@
+"""One Hydra job as the README draws it: resolve → resume → prepare → launch → measure → record.
+
+`run_job` never raises for a failed workload and never joins a process group: every job ends
+with an outcome (outcome.json in its dir, and an MLflow run when tracking is on). Whatever
+raises inside is recorded as `orchestrator_error`; a SIGTERM or Ctrl-C as `cancelled` (or
+SLURM's kind), then raised, to stop the sweep. `record_failure` records a job that could not
+record itself (SLURM ended it, its orchestrator was killed); `precheck` is run.py's refusal of
+a single run before anything starts.
+
+    python run.py strategy=zero3 world_size=2     # calls run_job() once
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from distbench.compose.schema import ConfigError
+from distbench.job import Job
+from distbench.orchestrator.launching import device_shortfall, launch_job, plan_job
+from distbench.orchestrator.measuring import measure_job
+from distbench.orchestrator.naming import job_label
+from distbench.orchestrator.outcome import JobContext, Outcome, new_outcome
+from distbench.orchestrator.recording import record
+from distbench.orchestrator.refused import Refused, refused_job, resolve, resolve_or_refuse
+from distbench.orchestrator.resume import skipped
+from distbench.orchestrator.signals import (
+    SLURM_LAUNCHER_ENV,
+    JobCancelled,
+    interruption_cause,
+)
+from distbench.orphans import mark_owner
+from distbench.tracking.live import forget_live
+from distbench.workloads import Measured
+
+
+def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
+    """Run one job end to end and return its outcome (also written to job_dir/outcome.json).
+    Whatever raises inside is recorded (failure_kind=orchestrator_error), never raised; a
+    SIGTERM or Ctrl-C is recorded as `cancelled` and then raised, to stop the sweep."""
+    ctx = JobContext(job_dir, project_dir, job_label(), time.monotonic())
+    job: Job | Refused | None = None
+    try:
+        job = resolve_or_refuse(cfg, conf_dir)
+        return _run(job, ctx).as_dict()
+    except (KeyboardInterrupt, JobCancelled) as exc:
+        if isinstance(exc, JobCancelled) and os.environ.get(SLURM_LAUNCHER_ENV):
+            raise  # distbench's SLURM launcher records it with the state SLURM ends it in
+        kind, why = interruption_cause(exc)
+        _record_unexpected(job, cfg, ctx, kind, why)
+        raise
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+        recorded = _record_unexpected(job, cfg, ctx, _ERROR, reason)
+        return (recorded or Outcome(ctx.label, status="FAILED", failure_kind=_ERROR)).as_dict()
+
+
+_ERROR = "orchestrator_error"
+
+
+def _run(job: Job | Refused, ctx: JobContext) -> Outcome:
+    """The spine: the resolved job (or its refusal) → its recorded outcome."""
+    outcome = new_outcome(job, ctx)
+    mark_owner(ctx.job_dir)  # a SIGKILLed orchestrator leaves this: `distbench sync` records it
+    forget_live(ctx.job_dir)  # an earlier execution's live run is not this attempt
+    if skipped(job, outcome, ctx):  # resume=true and the signature has a run
+        return outcome
+    if isinstance(job, Refused):
+        return _refuse(job, outcome, ctx, job.reason)
+    _say_single_rank(job, ctx.label)
+    try:
+        job = _prepare(job)
+        launch = plan_job(job, outcome, ctx)
+    except ConfigError as exc:
+        return _refuse(job, outcome, ctx, str(exc))
+    launched = launch_job(job, launch, outcome, ctx)
+    measured = measure_job(job, launched, outcome, ctx)
+    return record(job, outcome, measured, ctx)
+
+
+def _prepare(job: Job) -> Job:
+    """What this machine measures for the job (link fits, the workload's prepare hook)."""
+    from distbench.prepare import prepare_job
+
+    return prepare_job(job)
+
+
+def _say_single_rank(job: Job, label: str) -> None:
+    if job.world_size_requested:
+        print(
+            f"distbench: {label}: strategy=single runs on 1 rank (sweep world_size="
+            f"{job.world_size_requested})",
+            flush=True,
+        )
+
+
+def _refuse(job: Job | Refused, outcome: Outcome, ctx: JobContext, reason: str) -> Outcome:
+    """A job refused before launch: a FAILED run, failure_kind=invalid_config, with the reason."""
+    print(f"distbench: {ctx.label}: invalid config: {reason}", flush=True)
+    outcome.fail("invalid_config", reason)
+    return record(job, outcome, Measured(metrics={}), ctx)
+
+
+def _record_unexpected(
+    job: Job | Refused | None, cfg: DictConfig, ctx: JobContext, kind: str, reason: str
+) -> Outcome | None:
+    """Record a job that an exception or a signal ended: a FAILED run with `kind` and the
+    reason, as far as the job dir and the store allow (each step may fail in turn). `cfg` only
+    names a job whose resolve itself raised (job None)."""
+    print(f"distbench: {ctx.label} failed ({kind}): {reason}", flush=True)
+    try:
+        if job is None:
+            job = refused_job(cfg, reason)
+        outcome = new_outcome(job, ctx)
+        outcome.fail(kind, reason[:2000])
+        return record(job, outcome, Measured(metrics={}), ctx)
+    except Exception as exc:  # a read-only job dir, a store gone: say so, keep the sweep going
+        print(f"distbench: {ctx.label}: could not record the failure ({type(exc).__name__}: {exc})")
+        return None
+
+
+def record_failure(
+    cfg: DictConfig,
+    job_dir: Path,
+    project_dir: Path,
+    failure: dict[str, str],
+    label: str,
+    log_now: bool = True,
+    times_ms: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """Record a job that ended before it could record itself (its SLURM job cancelled, timed
+    out, or its node lost; its orchestrator killed): a FAILED run with `failure` (failure_kind,
+    failure_reason and tags such as slurm_job_id), like any other failure; with log_now=False
+    only spooled (`distbench sync` uploads it under the sweep's parent run, filling the run
+    the job started, if any). `times_ms`: when the job started and was last seen (else now)."""
+    ctx = JobContext(job_dir, project_dir, label, time.monotonic())
+    job = resolve_or_refuse(cfg, project_dir / "conf")
+    outcome = new_outcome(job, ctx)
+    outcome.status = "FAILED"
+    outcome.update(failure)
+    kind, reason = failure["failure_kind"], failure["failure_reason"]
+    print(f"distbench: {label} failed ({kind}): {reason}", flush=True)
+    measured = Measured(metrics={})
+    return record(job, outcome, measured, ctx, log_now=log_now, times_ms=times_ms).as_dict()
+
+
+def precheck(cfg: DictConfig, conf_dir: Path) -> str | None:
+    """Why a single run cannot start, before anything is launched (run.py exits 2 with it):
+    the config's refusal, or ranks this machine cannot host."""
+    job, refusal = resolve(cfg, conf_dir)
+    if job is None:
+        return refusal
+    local = job.topology.rank_launcher == "local_nodes"
+    return device_shortfall(job.device, job.world_size if local else job.topology.ranks_per_node)

@@ -1,0 +1,68 @@
+"""What the step-time probes return, typed: `MeasuredParts`, one micro-batch's measured parts
+(probes/step_parts.py) and, where an engine was probed, the host work it adds
+(workloads/train/engine_probe.py). Its fields are HardwareConfig's of the same names: a
+workload's prepare hook attaches them to the job (`hardware_fields()`), and the signature
+leaves them out (prediction inputs only).
+
+    python -c "from distbench.probes.parts import STEP_PARTS_FIELDS; print(STEP_PARTS_FIELDS)"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MeasuredParts:
+    """One micro-batch, forward + backward, on this machine's device (seconds unless named)."""
+
+    micro_batch_gemm_s: float  # its GEMMs, timed at the model's shapes
+    micro_batch_attention_s: float  # its fused attention calls, timed at their shapes
+    micro_batch_other_s: float  # every other kernel at the measured bandwidth (or its floor)
+    micro_batch_host_s: float  # what Python, autograd and the dispatcher cost to launch it
+    kernels_per_micro_batch: int
+    host_us_per_kernel: float
+    kernel_floor_us: float  # the device time of a tiny kernel (0 on a CPU)
+    measured_mem_bandwidth_gbps: float  # a large copy, bytes read + written
+    # DeepSpeed ZeRO-3's host work beyond the traced model: per micro-batch (its fetch /
+    # release hooks) and its optimizer step, at the model's depth; None: not probed
+    micro_batch_engine_host_s: float | None = None
+    engine_step_s: float | None = None
+
+    @classmethod
+    def from_figures(cls, figures: dict[str, Any]) -> MeasuredParts:
+        """The step parts of a probe's JSON document (extra keys ignored); TypeError or
+        KeyError when one is missing or not a number (a damaged cache entry)."""
+        values = {name: figures[name] for name in STEP_PARTS_FIELDS}
+        bad = sorted(k for k, v in values.items() if not isinstance(v, Real))
+        if bad:
+            raise TypeError(f"measured parts without a number for {bad}")
+        return cls(**values)
+
+    def with_engine(self, engine_host_s: float, engine_step_s: float) -> MeasuredParts:
+        return dataclasses.replace(
+            self, micro_batch_engine_host_s=engine_host_s, engine_step_s=engine_step_s
+        )
+
+    def hardware_fields(self) -> dict[str, Any]:
+        """HardwareConfig's fields these parts fill (the engine's only when probed)."""
+        fields = dataclasses.asdict(self)
+        return {k: v for k, v in fields.items() if k in STEP_PARTS_FIELDS or v is not None}
+
+
+# What `hardware.time_source=measured` fills from the step parts, and from an engine probe.
+ENGINE_PARTS_FIELDS = ("micro_batch_engine_host_s", "engine_step_s")
+STEP_PARTS_FIELDS = tuple(
+    f.name for f in dataclasses.fields(MeasuredParts) if f.name not in ENGINE_PARTS_FIELDS
+)
+
+
+def is_step_parts(entry: Any) -> bool:
+    """Whether a cache entry holds every step part as a number (else it is measured again)."""
+    return isinstance(entry, dict) and all(
+        isinstance(entry.get(name), Real) and not isinstance(entry.get(name), bool)
+        for name in STEP_PARTS_FIELDS
+    )

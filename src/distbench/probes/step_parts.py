@@ -1,0 +1,252 @@
+"""A training micro-batch's time from measured parts: the model's own operations, traced on the
+meta device (probes/trace.py), priced with rates timed on this machine's device
+(probes/timing.py), and cached.
+
+A workload's prepare hook (train: workloads/train/prepare.py) asks `measured_step_parts()`,
+which reads the cache or runs this module as a subprocess (the caller never imports torch) and
+returns the typed `MeasuredParts`; figures/step_time.py's `measured_compute_s` turns them into
+the compute term of the predicted step.
+
+The parts, for one micro-batch (forward + backward, the optimizer apart):
+- **the trace**, with 1 and 2 layers, extrapolated linearly to the model's depth (a layer adds
+  the same operations), so a 70B model traces in seconds;
+- **the device's rates**: each distinct GEMM shape timed in the run's dtype (the rate at the
+  model's shapes, not one square GEMM's); each attention shape's SDPA forward and backward; the
+  memory bandwidth of a large copy; the shortest time a small kernel occupies the device;
+- **the host**: the same model cut to 2 layers, run on the device at 1 × 16 tokens (too small to
+  keep a GPU busy), timed per traced kernel: what Python, autograd and the dispatcher cost per
+  kernel launched. On a GPU a micro-batch takes the longer of its device time and its host time
+  (the host queues kernels ahead, the device runs them); on a CPU the two add up.
+
+device_s = Σ GEMM time at its timed shape + Σ attention time at its timed shape
+         + Σ max(bytes / bandwidth, kernel floor) of the rest;
+host_s = kernels × host time per kernel. Not counted: what an engine adds (DDP and DeepSpeed
+hooks; ZeRO-3's are probed apart on a GPU, workloads/train/engine_probe.py), autocast's casts.
+
+Cached in step_parts.json of the probes' cache folder (probes/cache.py), keyed by host, device
+name, dtype, model shape, batch shape and (CPU) the rank's threads: the cores the launcher gives
+each rank (OMP_NUM_THREADS = cores // ranks on the machine); `--force` measures again.
+
+    python -m distbench.probes.step_parts --device cuda --dtype bf16 \\
+        --model-json '{"name": "llama_1b", ...}' --micro-batch-size 4 --seq-len 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from distbench.compose.schema import ModelConfig
+from distbench.probes import cache, runner
+from distbench.probes.parts import MeasuredParts, is_step_parts
+from distbench.probes.timing import (
+    HOST_PROBE_TOKENS,
+    attention_seconds,
+    copy_bandwidth_gbps,
+    gemm_seconds,
+    host_seconds,
+    kernel_floor_s,
+    warm_up,
+)
+from distbench.probes.trace import Trace, gemm_flops, trace_micro_batch
+
+MODULE = "distbench.probes.step_parts"  # run as a subprocess: python -m MODULE
+CACHE_FILE = "step_parts.json"
+CACHE_VERSION = 2
+
+
+def device_seconds(
+    trace: Trace,
+    gemm_s: dict[tuple, float],
+    attention_s: dict[tuple, tuple[float, float]],
+    bandwidth_gbps: float,
+    floor_s: float,
+) -> tuple[float, float, float]:
+    """(GEMM, fused attention, other kernels) seconds of a trace on the device."""
+    gemm_total = sum(count * gemm_s[shape] for shape, count in trace.gemms.items())
+    attention = sum(n * attention_s[s][0] for s, n in trace.attention_forward.items())
+    attention += sum(n * attention_s[s][1] for s, n in trace.attention_backward.items())
+    other = sum(max(b / (bandwidth_gbps * 1e9), floor_s) for b in trace.other_bytes)
+    return gemm_total, attention, other
+
+
+def extrapolate(at_1: float, at_2: float, num_layers: float) -> float:
+    """A per-micro-batch quantity at `num_layers` from its values at 1 and 2 layers."""
+    return at_1 + (num_layers - 1) * (at_2 - at_1)
+
+
+def device_rates(traces: tuple[Trace, ...], device: str, dtype: str) -> tuple:
+    """(GEMM seconds by shape, attention (forward, backward) seconds by shape, copy bandwidth
+    GB/s, kernel floor s): what device_seconds prices the traces with."""
+    shapes = set().union(*(t.gemms for t in traces))
+    gemm_s = {shape: gemm_seconds(shape, device, dtype) for shape in sorted(shapes)}
+    calls = set().union(
+        *(t.attention_forward for t in traces), *(t.attention_backward for t in traces)
+    )
+    attention_s = {shape: attention_seconds(shape, device, dtype) for shape in sorted(calls)}
+    return gemm_s, attention_s, copy_bandwidth_gbps(device), kernel_floor_s(device)
+
+
+def measure(
+    model_cfg: ModelConfig,
+    device: str,
+    dtype: str,
+    micro_batch_size: int,
+    seq_len: int,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Trace, time the parts, and combine them into one micro-batch's figures."""
+    import torch
+
+    def traced(num_layers: int, tokens: tuple[int, int]) -> Trace:
+        return trace_micro_batch(
+            dataclasses.replace(model_cfg, num_layers=num_layers), dtype, *tokens
+        )
+
+    traces = {n: traced(n, (micro_batch_size, seq_len)) for n in (1, 2)}
+    probe_trace = traced(2, HOST_PROBE_TOKENS)
+    if device == "cpu":
+        torch.set_num_threads(threads)  # a rank's share of the cores, as the launcher gives it
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    warm_up(device)
+    rates = device_rates((traces[1], traces[2], probe_trace), device, dtype)
+    probe_wall = host_seconds(model_cfg, device, dtype)
+    # On a CPU the probe's wall time includes its own compute; on a GPU it is the host's.
+    probe_device = sum(device_seconds(probe_trace, *rates))
+    probe_host = probe_wall - probe_device if device == "cpu" else probe_wall
+    host_per_kernel = max(probe_host, 0.0) / probe_trace.num_kernels
+    parts = {n: device_seconds(traces[n], *rates) for n in (1, 2)}
+    layers = model_cfg.num_layers
+    gemm_total, attention_total, other_total = (
+        extrapolate(parts[1][i], parts[2][i], layers) for i in range(3)
+    )
+    kernels = extrapolate(traces[1].num_kernels, traces[2].num_kernels, layers)
+    gemm_flops_total = extrapolate(
+        *(sum(c * gemm_flops(s) for s, c in traces[n].gemms.items()) for n in (1, 2)), layers
+    )
+    return {
+        "micro_batch_gemm_s": gemm_total,
+        "micro_batch_attention_s": attention_total,
+        "micro_batch_other_s": other_total,
+        "micro_batch_host_s": kernels * host_per_kernel,
+        "kernels_per_micro_batch": round(kernels),
+        "host_us_per_kernel": host_per_kernel * 1e6,
+        "kernel_floor_us": rates[3] * 1e6,
+        "measured_mem_bandwidth_gbps": rates[2],
+        "gemm_tflops_at_shapes": gemm_flops_total / gemm_total / 1e12 if gemm_total else None,
+        "torch_version": torch.__version__,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def cache_key(
+    device_name: str,
+    dtype: str,
+    model_cfg: ModelConfig,
+    micro_batch_size: int,
+    seq_len: int,
+    threads: int = 1,
+) -> str:
+    shape = {k: v for k, v in dataclasses.asdict(model_cfg).items() if k != "pretrained_path"}
+    shape.pop("name", None)
+    model = json.dumps(shape, sort_keys=True, separators=(",", ":"))
+    return (
+        f"v{CACHE_VERSION}|{socket.gethostname()}|{device_name}|{dtype}|{model}"
+        f"|b={micro_batch_size}|s={seq_len}|threads={threads}"
+    )
+
+
+def cached_or_measured(
+    model_cfg: ModelConfig,
+    device: str,
+    dtype: str,
+    micro_batch_size: int,
+    seq_len: int,
+    device_name: str,
+    force: bool = False,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """The cached figures for this key, or measure and cache them (in this process)."""
+    key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
+    shape = (micro_batch_size, seq_len)
+    return cache.cached(
+        CACHE_FILE,
+        key,
+        lambda: measure(model_cfg, device, dtype, *shape, threads),
+        force,
+        valid=is_step_parts,
+    )
+
+
+# cache key -> why its measurement failed (runner.once): not retried for each layout
+_FAILED: dict[str, str] = {}
+
+
+def measured_step_parts(
+    model_cfg: ModelConfig,
+    dtype: str,
+    micro_batch_size: int,
+    seq_len: int,
+    *,
+    device: str,
+    device_name: str,
+    threads: int = 1,
+    timeout_s: float = 600.0,
+) -> MeasuredParts:
+    """This micro-batch's parts on this machine's device: the cache's, else a `python -m
+    distbench.probes.step_parts` subprocess (it caches them). Raises runner.NotMeasured under
+    cache_only() without an entry, runner.ProbeFailed when the probe failed (now or before)."""
+    key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
+    figures = cache.cached_entry(CACHE_FILE, key, is_step_parts)
+    if figures is None:
+        args = ["-m", MODULE, "--device", device, "--dtype", dtype]
+        args += ["--model-json", json.dumps(dataclasses.asdict(model_cfg))]
+        args += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
+        args += ["--device-name", device_name, "--threads", str(threads)]
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if device == "cpu" else None
+        figures = runner.once(_FAILED, key, lambda: _probed(args, env, timeout_s))
+    return MeasuredParts.from_figures(figures)
+
+
+def _probed(args: list[str], env: dict[str, str] | None, timeout_s: float) -> dict[str, Any]:
+    figures = runner.run_probe(args, env, timeout_s)
+    if not is_step_parts(figures):
+        raise ValueError(f"step_parts printed no parts: {sorted(figures)}")
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    parser.add_argument("--model-json", required=True, help="the model config as JSON")
+    parser.add_argument("--micro-batch-size", type=int, required=True)
+    parser.add_argument("--seq-len", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of one rank")
+    parser.add_argument("--device-name", help="cache under this name (default: detected)")
+    parser.add_argument("--force", action="store_true", help="measure even when cached")
+    args = parser.parse_args(argv)
+
+    from distbench.probes.detect import device_name
+
+    model_cfg = ModelConfig(**json.loads(args.model_json))
+    name = args.device_name or device_name(args.device)
+    threads = args.threads if args.device == "cpu" else 1
+    shape = (args.micro_batch_size, args.seq_len)
+    result = cached_or_measured(
+        model_cfg, args.device, args.dtype, *shape, name, args.force, threads
+    )
+    result.update(device=args.device, device_name=name, dtype=args.dtype)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

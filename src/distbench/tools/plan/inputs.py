@@ -1,0 +1,106 @@
+"""What a plan starts from: the strategies to plan, the overrides as run.py composes them, the
+tags a row's earlier runs are found by, the batch warning, and the plan's hardware as JSON
+(tools/plan/, `distbench plan`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from distbench.compose.composer import project_dir
+from distbench.compose.schema import HardwareConfig
+from distbench.figures.metrics import GIB
+from distbench.figures.recommend import PREFERENCE
+
+__all__ = ["project_dir"]  # where conf/ is: compose/composer.py, kept importable from here
+
+# A model this large planned with the CPU-sized default batch says nothing about its training.
+LARGE_MODEL_PARAMS = 1e9
+
+# HardwareConfig fields that resolving the figures fills in only when it has something to say
+# (hardware=auto's device, a measured peak's catalog figures, a failed calibration).
+RESOLUTION_NOTES = (
+    "detected",
+    "catalog_peak_tflops_fp32",
+    "catalog_peak_tflops_bf16",
+    "catalog_peak_tflops_fp16",
+    "peak_calibration_error",
+)
+
+
+def split_strategy_override(overrides: list[str]) -> tuple[list[str], list[str] | None]:
+    """`strategy=a,b` among the overrides picks the strategies instead of fixing one."""
+    rest, chosen = [], None
+    for item in overrides:
+        if item.startswith("strategy="):
+            chosen = [s for s in item.split("=", 1)[1].split(",") if s]
+        else:
+            rest.append(item)
+    return rest, chosen
+
+
+def strategy_options(conf_dir: Path) -> list[str]:
+    """conf/strategy options, least sharded first (figures.recommend.PREFERENCE), then the rest."""
+    names = [p.stem for p in (conf_dir / "strategy").glob("*.yaml")]
+    return sorted(names, key=lambda n: (PREFERENCE.index(n) if n in PREFERENCE else 99, n))
+
+
+def efficiency_model(overrides: list[str], efficiency: float | None) -> list[str]:
+    """The overrides, with `hardware.time_source=efficiency` when an efficiency is given and
+    the time source is not: an efficiency asked for is the efficiency model, not the measured
+    parts that the default (auto) would use on this machine."""
+    named = any(o.lstrip("+").startswith("hardware.time_source=") for o in overrides)
+    if efficiency is None or named:
+        return list(overrides)
+    return [*overrides, "hardware.time_source=efficiency"]
+
+
+def host_mem_gib() -> float | None:
+    """This host's memory (/proc/meminfo's MemTotal) in GiB; None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024 / GIB
+    except OSError:
+        return None
+    return None
+
+
+def run_key_tags(job: Any) -> dict[str, str]:
+    """The tags (pred_error.KEY_TAGS) a run of this job carries (orchestrator.describe)."""
+    from distbench.figures.pred_error import KEY_TAGS
+    from distbench.orchestrator import describe
+
+    tags = describe(job)
+    return {name: tags[name] for name in KEY_TAGS}
+
+
+def batch_warnings(job: Any, overrides: list[str]) -> list[str]:
+    """Warn when a ≥1B-parameter model is planned with batch=small (seq_len 128), the CPU
+    default, unless the user chose the batch: activations, communication per token and the
+    recommendation all depend on it."""
+    from distbench.ranks.models import count_params
+
+    chose_batch = any(o.split("=", 1)[0].lstrip("+").startswith("batch") for o in overrides)
+    num_params = count_params(job.model)["total"]
+    if num_params < LARGE_MODEL_PARAMS or chose_batch or job.batch.name != "small":
+        return []
+    return [
+        f"model={job.model.name} has {num_params / 1e9:.1f}B parameters but batch=small "
+        f"(micro_batch {job.batch.micro_batch_size}, seq_len {job.batch.seq_len}) is the CPU "
+        "default; plan with the batch you will train with, e.g. batch=medium or batch=large "
+        "(seq_len 2048)"
+    ]
+
+
+def hardware_dict(hardware: HardwareConfig | None) -> dict[str, Any]:
+    """The plan's hardware as JSON: every figure, and the resolution notes that are set."""
+    if hardware is None:
+        return {}
+    return {
+        key: value
+        for key, value in dataclasses.asdict(hardware).items()
+        if value is not None or key not in RESOLUTION_NOTES
+    }

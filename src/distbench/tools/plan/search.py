@@ -1,0 +1,168 @@
+"""`distbench plan --search`: the strategy files' degrees not taken as given. From DeepSpeed's
+dp (ZeRO 0-3) and torch's ddp and fsdp it derives every (dp, tp, pp) of powers of two × micro
+batch 1-8, resolves each as run.py would (refusals keep the engine's reason), predicts it, ranks
+those that fit by tokens/s and lists the rest by reason (tools/plan/).
+
+    python -c "from distbench.tools.plan import search_layouts as s; \\
+               print(s(['model=tiny', 'world_size=4']).ranked[0][0])"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import open_dict
+
+from distbench.compose.composer import composing
+from distbench.compose.schema import ConfigError, HardwareConfig
+from distbench.figures.metrics import GIB
+from distbench.figures.pred_error import ErrorBar
+from distbench.figures.predict import Prediction, predict
+from distbench.prepare import left_unmeasured, prepare_job
+from distbench.tools.plan.inputs import (
+    batch_warnings,
+    efficiency_model,
+    run_key_tags,
+    split_strategy_override,
+)
+from distbench.tools.plan.store import strategy_error_bars
+
+# The base strategy each engine's layouts are derived from (degrees, ZeRO stage and micro
+# batch are then set on it): DeepSpeed's dp with zero_stage 0-3, torch's ddp and fsdp.
+SEARCH_BASES = (
+    ("deepspeed", "dp", (0, 1, 2, 3)),
+    ("torch", "ddp", (None,)),
+    ("torch", "fsdp", (None,)),
+)
+SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
+
+
+@dataclass
+class Search:
+    """Every (engine, dp, tp, pp, ZeRO stage, micro batch) tried: those that fit, ranked by
+    predicted tokens/s; the rest with their reason (the engine's refusal, or the memory)."""
+
+    ranked: list[tuple[str, Prediction]]
+    refused: dict[str, str]
+    title: str
+    warnings: list[str] = field(default_factory=list)
+    # layout -> kind -> the error bar of the stored runs of its key (pred_error.KEY_TAGS: the
+    # model, strategy file, ZeRO stage, hardware and precision, at whatever degrees they ran)
+    error_bars: dict[str, dict[str, ErrorBar]] = field(default_factory=dict)
+    history: str = ""  # where the error bars came from, or why there are none
+
+
+@dataclass
+class _Found:
+    """The layouts tried so far, and what the first resolved one fixes for the search."""
+
+    ranked: list[tuple[str, Prediction]] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, dict[str, str]] = field(default_factory=dict)  # layout -> its runs' tags
+    time_sources: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    title: str = "distbench plan --search"
+    tracking: Any = None
+    hardware: HardwareConfig | None = None
+
+
+def search_layouts(
+    overrides: list[str],
+    *,
+    micro_batches: tuple[int, ...] = SEARCH_MICRO_BATCHES,
+    efficiency: float | None = None,
+    recompute: bool = False,
+    history: bool = True,
+) -> Search:
+    """`distbench plan --search`: derive every layout the engines allow from SEARCH_BASES at
+    the overrides' world size, resolve each exactly as run.py would (refusals keep the
+    engine's one-line reason), predict it, and rank those that fit by tokens/s. With
+    `history`, each carries the error bar of its key's stored runs (strategy_error_bars)."""
+    overrides, _ = split_strategy_override(efficiency_model(overrides, efficiency))
+    found = _Found()
+    with composing() as compose:
+        for engine, base, stages in SEARCH_BASES:
+            cfg = compose([*overrides, f"strategy={base}"])
+            for label, candidate in layouts(cfg, engine, base, stages, micro_batches):
+                try:
+                    job = resolve_layout(candidate, compose.conf_dir, efficiency, recompute)
+                except ConfigError as exc:
+                    found.refused[label] = str(exc)
+                    continue
+                if found.hardware is None:
+                    _first_job(found, job, overrides)
+                _rank(found, label, job, predict(job, efficiency=efficiency, recompute=recompute))
+    found.ranked.sort(key=lambda item: -(item[1].tokens_per_s or 0.0))
+    bars, note = (
+        strategy_error_bars(found.tracking, found.keys, found.time_sources) if history else ({}, "")
+    )
+    return Search(found.ranked, found.refused, found.title, found.warnings, bars, note)
+
+
+def degrees(world_size: int) -> list[tuple[int, int]]:
+    """(tp, pp) pairs of powers of two whose product divides world_size."""
+    powers = [2**i for i in range(world_size.bit_length()) if world_size % 2**i == 0]
+    return [(tp, pp) for tp in powers for pp in powers if world_size % (tp * pp) == 0]
+
+
+def layouts(
+    cfg: Any, engine: str, base: str, stages: tuple[int | None, ...], micro_batches: tuple[int, ...]
+) -> Iterator[tuple[str, Any]]:
+    """(label, config) of each layout derived from the base strategy's composed config: its
+    degrees, ZeRO stage and micro batch set, dp the rest of the world size."""
+    for (tp, pp), stage, mb in (
+        (d, z, m) for d in degrees(cfg.world_size) for z in stages for m in micro_batches
+    ):
+        dp = cfg.world_size // (tp * pp)
+        label = f"{base if engine == 'torch' else 'deepspeed'} dp{dp} tp{tp} pp{pp}"
+        label += f" z{stage} mb{mb}" if stage is not None else f" mb{mb}"
+        candidate = cfg.copy()
+        with open_dict(candidate):
+            candidate.strategy.tp, candidate.strategy.pp = tp, pp
+            candidate.strategy.dp = -1
+            candidate.batch.micro_batch_size = mb
+            if stage is not None:
+                candidate.zero_stage = stage
+        yield label, candidate
+
+
+def resolve_layout(
+    candidate: Any, conf_dir: Path, efficiency: float | None, recompute: bool
+) -> Any:
+    """The layout's Job (ConfigError for what run.py refuses): measured parts only for a
+    layout that fits (the fit does not use them)."""
+    from distbench.job import resolve_job
+
+    job = prepare_job(resolve_job(candidate, conf_dir), probe=False)
+    fits = predict(job, efficiency=efficiency, recompute=recompute).fits
+    if fits is not False and left_unmeasured(job.hardware):
+        job = prepare_job(resolve_job(candidate, conf_dir))
+    return job
+
+
+def _first_job(found: _Found, job: Any, overrides: list[str]) -> None:
+    """The search's hardware, store, warnings and title, from its first resolved layout."""
+    found.hardware, found.tracking = job.hardware, job.tracking
+    found.warnings = batch_warnings(job, overrides)
+    found.title = (
+        f"distbench plan --search: model={job.model.name} "
+        f"world_size={job.world_size} hardware={job.hardware.name} "
+        f"precision={job.precision} seq_len={job.batch.seq_len} "
+        f"grad_accum={job.batch.grad_accum_steps}"
+    )
+
+
+def _rank(found: _Found, label: str, job: Any, p: Prediction) -> None:
+    """A layout that fits joins the ranking; one that does not is refused with its memory."""
+    if p.fits is False:
+        found.refused[label] = (
+            f"does not fit: {p.mem_needed_bytes / GIB:.1f} of "
+            f"{p.device_mem_bytes / GIB:.1f} GiB per device"
+        )
+        return
+    found.ranked.append((label, p))
+    found.keys[label] = run_key_tags(job)
+    found.time_sources[label] = job.hardware.time_source

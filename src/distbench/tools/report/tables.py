@@ -1,0 +1,242 @@
+"""The report's pure tables over a flat DataFrame of runs (load.flat_table): the grid, pivots
+(label x world size), the best run per headline metric, the throughput-vs-memory Pareto front,
+scaling efficiency, failed runs and the prediction errors. No MLflow, no plotting. The headline
+metrics, their goals and labels are the workloads' declared MetricSpecs (metric_catalog).
+
+    python -c "from distbench.tools.report.tables import *; print(headline_metrics())"
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from distbench.figures.pred_error import KEY_TAGS, PRED_METRICS, error_bar, run_rel_errs
+from distbench.workloads import MetricSpec, metric_catalog
+
+PRED_COLUMNS = tuple(PRED_METRICS.values())
+
+
+def headline_metrics() -> list[MetricSpec]:
+    """The metrics of every pivot and verdict (MetricSpec.headline), in the catalogue's order:
+    step time, throughput, TFLOP/s per device, MFU, peak memory, cost."""
+    return [m for m in metric_catalog().values() if m.headline]
+
+
+def finished(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "FINISHED"] if "status" in df else df
+
+
+def with_labels(df: pd.DataFrame) -> pd.DataFrame:
+    """A `label` column naming a configuration in pivots and plots: the strategy, plus
+    `-z<stage>` where one strategy ran with several ZeRO stages (strategy=dp zero_stage=0,1)."""
+    df = df.copy()
+    if "strategy" not in df:
+        df["label"] = df.get("run_name", pd.Series(index=df.index, dtype=object))
+        return df
+    df["label"] = df["strategy"].fillna(df.get("workload", "?")).astype(str)
+    if "zero_stage" in df:
+        stages = df.groupby("label")["zero_stage"].transform("nunique")
+        several = stages > 1
+        df.loc[several, "label"] = df["label"] + "-z" + df["zero_stage"].astype(str)
+    return df
+
+
+def pivot(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """label × world_size of a metric over finished runs (median of repeats); empty when no
+    finished run has the metric."""
+    df = with_labels(finished(df))
+    if metric not in df or "world_size" not in df or df[metric].notna().sum() == 0:
+        return pd.DataFrame()
+    df = df.dropna(subset=[metric, "world_size"])
+    table = df.pivot_table(index="label", columns="world_size", values=metric, aggfunc="median")
+    table.columns = [int(c) for c in table.columns]
+    table.index.name, table.columns.name = "strategy", "world_size"
+    return table
+
+
+GRID_KEYS = ("run_name", "strategy", "world_size", "zero_stage", "status", "failure_kind")
+
+
+def grid_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The whole grid in one table: one row per run (failed ones too), its configuration and
+    every headline metric some finished run has (raw values; the run order of flat_table).
+    `run_id` is kept last, for the link to the run."""
+    keys = [c for c in GRID_KEYS if c in df]
+    names = [m.name for m in headline_metrics()]
+    metrics = [m for m in names if m in df and finished(df)[m].notna().any()]
+    return df[keys + metrics + (["run_id"] if "run_id" in df else [])].reset_index(drop=True)
+
+
+def best_rows(grid: pd.DataFrame) -> dict[str, int]:
+    """For each headline metric column of `grid`: the row index of its best finished run."""
+    done = finished(grid)
+    best = {}
+    for metric in headline_metrics():
+        if metric.name in done and done[metric.name].notna().any():
+            values = done[metric.name].dropna()
+            best[metric.name] = int(values.idxmin() if metric.goal == "min" else values.idxmax())
+    return best
+
+
+def best_per_metric(df: pd.DataFrame) -> pd.DataFrame:
+    """For each headline metric a finished run has: the best run (min for time, memory, cost;
+    max for throughput, TFLOP/s, MFU), its value and configuration."""
+    df = finished(df)
+    rows = []
+    for spec in headline_metrics():
+        metric, goal = spec.name, spec.goal
+        if metric not in df or df[metric].notna().sum() == 0:
+            continue
+        values = df[metric].dropna()
+        best = df.loc[values.idxmin() if goal == "min" else values.idxmax()]
+        rows.append(
+            {
+                "metric": metric,
+                "goal": goal,
+                "label": spec.label,
+                "value": float(best[metric]),
+                "run_name": best.get("run_name"),
+                "strategy": best.get("strategy"),
+                "world_size": best.get("world_size"),
+                "zero_stage": best.get("zero_stage"),
+                "run_id": best.get("run_id"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def pareto_front(
+    df: pd.DataFrame, x: str = "peak_mem_gib", y: str = "throughput_tokens_per_s"
+) -> pd.DataFrame:
+    """Finished runs that no other run beats on both: lower `x` (memory) and higher `y`
+    (throughput); sorted by `x`. A run is dominated when another has x <= and y >=, one strictly."""
+    df = finished(df)
+    if x not in df or y not in df:
+        return df.iloc[0:0]
+    points = df.dropna(subset=[x, y])
+    xs, ys = points[x].to_numpy(), points[y].to_numpy()
+    keep = [
+        not np.any((xs <= xs[i]) & (ys >= ys[i]) & ((xs < xs[i]) | (ys > ys[i])))
+        for i in range(len(points))
+    ]
+    return points[keep].sort_values(x)
+
+
+def scaling_efficiency(df: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and world size: throughput per device, and its ratio to the same
+    configuration's throughput per device at its smallest world size (1.0 = linear scaling)."""
+    df = with_labels(finished(df))
+    need = ("throughput_tokens_per_s", "world_size")
+    if any(c not in df for c in need):
+        return pd.DataFrame(columns=["label", "world_size", "throughput_per_device", "efficiency"])
+    df = df.dropna(subset=list(need))
+    per = (
+        df.assign(throughput_per_device=df["throughput_tokens_per_s"] / df["world_size"])
+        .groupby(["label", "world_size"], as_index=False)["throughput_per_device"]
+        .median()
+        .sort_values(["label", "world_size"])
+    )
+    base = per.groupby("label")["throughput_per_device"].transform("first")
+    per["efficiency"] = per["throughput_per_device"] / base
+    per["world_size"] = per["world_size"].astype(int)
+    return per.reset_index(drop=True)
+
+
+def scales(eff: pd.DataFrame) -> bool:
+    """Whether a scaling_efficiency table compares anything: some configuration ran at two or
+    more world sizes (else every efficiency is 1.0 by definition)."""
+    return bool(len(eff)) and bool((eff.groupby("label")["world_size"].nunique() > 1).any())
+
+
+def failed_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """Runs that did not finish, and finished runs flagged with `mfu_error`, with the reason."""
+    bad = df["status"] != "FINISHED" if "status" in df else pd.Series(False, index=df.index)
+    if "mfu_error" in df:
+        bad |= df["mfu_error"].notna()
+    cols = [
+        c
+        for c in ("run_name", "status", "strategy", "world_size", "failure_kind", "failure_reason")
+        if c in df
+    ] + (["mfu_error"] if "mfu_error" in df else [])
+    return df.loc[bad, cols].reset_index(drop=True)
+
+
+def pred_vs_measured(df: pd.DataFrame) -> pd.DataFrame:
+    """Predicted vs measured peak memory and step time per finished run, with the relative
+    errors (pred − measured) / measured (recomputed when the run did not log them)."""
+    df = finished(df)
+    cols = [c for c in ("run_name", "strategy", "world_size") if c in df]
+    out = df[cols].copy()
+    for pred, measured, err in PRED_COLUMNS:
+        if pred not in df or measured not in df:
+            continue
+        out[pred], out[measured] = df[pred], df[measured]
+        out[err] = df[err] if err in df else (df[pred] - df[measured]) / df[measured]
+    if len(out.columns) == len(cols):
+        return out.iloc[0:0]
+    return out.dropna(how="all", subset=[c for c in out.columns if c not in cols])
+
+
+def key_labels(df: pd.DataFrame) -> pd.Series:
+    """The prediction key of each run (pred_error.KEY_TAGS: model strategy z<stage> hardware
+    precision) as one label, e.g. `tiny dp z0 cpu fp32`; '?' for a tag the run lacks."""
+    parts = [
+        (("z" if tag == "zero_stage" else "") + df[tag].astype(str)).where(df[tag].notna(), "?")
+        if tag in df
+        else pd.Series("?", index=df.index)
+        for tag in KEY_TAGS
+    ]
+    return pd.concat(parts, axis=1).agg(" ".join, axis=1) if len(df) else pd.Series(dtype=object)
+
+
+def pred_error_history(df: pd.DataFrame, keys: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each finished run's prediction errors in %, oldest first: `start_time`, `run_name`,
+    `key` (key_labels), `<kind>_err_pct` = 100 (pred − measured)/measured for mem and time,
+    and where the run logged them (pred_error.prior_metrics) `<kind>_prior_err_pct`, the
+    median error of the runs before it, and `<kind>_calibrated_err_pct`, the error of its
+    prediction calibrated by that prior. With `keys` (e.g. a sweep's runs), only the runs of
+    the keys it has: the sweep's configurations, through the experiment's history."""
+    df = finished(df)
+    if "start_time" not in df or df.empty:
+        return pd.DataFrame()
+    out = pd.DataFrame({"start_time": df["start_time"], "run_name": df.get("run_name")})
+    out["key"] = key_labels(df)
+    metric_columns = [c for c in df.columns if any(c in cols for cols in PRED_COLUMNS)]
+    rel_errs = [
+        run_rel_errs({k: v for k, v in row.items() if pd.notna(v)})
+        for row in df[metric_columns].to_dict("records")
+    ]
+    for kind, (_, _, err) in PRED_METRICS.items():
+        out[f"{kind}_err_pct"] = [100 * errs.get(kind, np.nan) for errs in rel_errs]
+        for suffix, metric in (
+            ("prior", f"{err}_prior"),
+            ("calibrated", f"{kind}_pred_calibrated_rel_err"),
+        ):
+            if metric in df:
+                out[f"{kind}_{suffix}_err_pct"] = 100 * df[metric]
+    out = out.dropna(how="all", subset=[f"{kind}_err_pct" for kind in PRED_METRICS])
+    if keys is not None:
+        out = out[out["key"].isin(set(key_labels(finished(keys))))]
+    return out.sort_values("start_time").reset_index(drop=True)
+
+
+def pred_error_summary(history: pd.DataFrame) -> pd.DataFrame:
+    """Per key of a pred_error_history: the error bar the planner now shows (median ± MAD of
+    the newest pred_error.MAX_RUNS_PER_KEY runs, pred_error.error_bar) and the latest error."""
+    from distbench.figures.pred_error import MAX_RUNS_PER_KEY
+
+    rows = []
+    for key, group in history.groupby("key", sort=True):
+        row: dict[str, Any] = {"key": key, "runs": len(group)}
+        for kind in PRED_METRICS:
+            errs = group[f"{kind}_err_pct"].dropna()
+            bar = error_bar(list(errs.iloc[-MAX_RUNS_PER_KEY:])) if len(errs) else None
+            row[f"{kind}_err_pct"] = (
+                "-" if bar is None else (f"{bar.median_rel_err:+.0f} ±{bar.spread_rel_err:.0f}")
+            )
+            row[f"{kind}_latest_err_pct"] = float(errs.iloc[-1]) if len(errs) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,162 @@
+"""Train's prepare hook (WorkloadSpec.prepare): before launch, and in `plan`, what a training
+job measures on this machine to predict its step, attached to the job's hardware figures:
+
+1. the time source: `hardware.time_source=auto` (the default) is what $DISTBENCH_TIME_SOURCE
+   names, else `measured` when the job's hardware is this machine's device (its parts can be
+   timed here) and `efficiency` otherwise (a plan for an H100 cluster made on a laptop);
+2. under `measured`, the micro-batch's parts (probes/step_parts.py), with the CPU threads the
+   launcher will give each rank;
+3. for DeepSpeed ZeRO-3 on a GPU, the engine's host work (engine_probe.py).
+
+Each is read from the probes' cache, else measured in a subprocess. A probe that fails, or that
+distbench/prepare.py's `probe=False` forbids (runner.cache_only), never loses the job: it keeps
+the efficiency model (or the step parts) and says why in `time_calibration_error`.
+
+    python -c "from tests.conftest import compose_config, CONF_DIR; \\
+from distbench.job import resolve_job; from distbench.workloads.train.prepare import prepare; \\
+print(prepare(resolve_job(compose_config(['hardware=cpu']), CONF_DIR)).hardware)"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from distbench.compose.hardware import is_this_machine
+from distbench.compose.schema import TIME_SOURCES, ConfigError
+from distbench.job import Job
+from distbench.probes import runner
+from distbench.probes.detect import device_name, num_cpu_cores
+from distbench.probes.runner import NotMeasured, ProbeFailed
+from distbench.probes.step_parts import measured_step_parts
+from distbench.probes.threads import rank_threads, ranks_sharing_machine
+
+# Names what `hardware.time_source=auto` means on this machine (efficiency or measured).
+TIME_SOURCE_ENV = "DISTBENCH_TIME_SOURCE"
+
+
+def env_time_source() -> str | None:
+    """What $DISTBENCH_TIME_SOURCE names (None: unset); ConfigError for a value outside
+    TIME_SOURCES (train's check raises it before anything runs)."""
+    source = os.environ.get(TIME_SOURCE_ENV)
+    if source and source not in TIME_SOURCES:
+        raise ConfigError(
+            f"${TIME_SOURCE_ENV}={source!r} is not allowed; choose one of {list(TIME_SOURCES)}"
+        )
+    return source or None
+
+
+def resolve_time_source(
+    time_source: str | None, device: str, name: str, local_gpu_names: list[str] | None = None
+) -> str:
+    """What the job's `hardware.time_source` means here: `efficiency` and `measured` stand as
+    given; `auto` is $DISTBENCH_TIME_SOURCE's, else `measured` for hardware that is this
+    machine's device (is_this_machine) and `efficiency` otherwise."""
+    source = time_source or "auto"
+    if source == "auto":
+        source = env_time_source() or "auto"
+    if source != "auto":
+        return source
+    return "measured" if is_this_machine(device, name, local_gpu_names) else "efficiency"
+
+
+def prepare(job: Job) -> Job:
+    """The job with its time source resolved and, under `measured`, its measured parts."""
+    hw = job.hardware
+    source = resolve_time_source(hw.time_source, hw.device, hw.name)
+    job = with_hardware(job, time_source=source)
+    if source != "measured":
+        return job
+    return with_engine_parts(with_step_parts(job))
+
+
+def with_hardware(job: Job, **changes: Any) -> Job:
+    return job.replace(hardware=dataclasses.replace(job.hardware, **changes))
+
+
+def _where(job: Job) -> tuple[str, str, int]:
+    """(device, the name its figures are cached under, a rank's CPU threads: 1 on a GPU)."""
+    device = "cuda" if job.device == "cuda" else "cpu"
+    sharing = ranks_sharing_machine(
+        job.topology.rank_launcher, job.world_size, job.topology.ranks_per_node
+    )
+    threads = rank_threads(num_cpu_cores(), sharing) if device == "cpu" else 1
+    return device, device_name(device), threads
+
+
+def _say_once(failure: ProbeFailed, what: str) -> None:
+    if not failure.repeated:  # a plan --search prepares hundreds of layouts of one shape
+        print(f"distbench: {what}: {failure}", file=sys.stderr, flush=True)
+
+
+def with_step_parts(job: Job, timeout_s: float = 600.0) -> Job:
+    """The job with its micro-batch's measured parts (time_source=measured), or back on the
+    efficiency model with the reason (time_source=efficiency, time_calibration_error)."""
+    device, name, threads = _where(job)
+    shape = (job.batch.micro_batch_size, job.batch.seq_len)
+    try:
+        parts = measured_step_parts(
+            job.model,
+            job.dtype,
+            *shape,
+            device=device,
+            device_name=name,
+            threads=threads,
+            timeout_s=timeout_s,
+        )
+    except (NotMeasured, ProbeFailed) as exc:
+        if isinstance(exc, ProbeFailed):
+            _say_once(exc, "step-time calibration failed, using the efficiency model")
+        return with_hardware(job, time_source="efficiency", time_calibration_error=str(exc))
+    return with_hardware(job, time_source="measured", **parts.hardware_fields())
+
+
+# cache key -> why its engine probe failed (runner.once): not retried for each layout
+_ENGINE_FAILED: dict[str, str] = {}
+
+
+def with_engine_parts(job: Job, timeout_s: float = 600.0) -> Job:
+    """The job with its engine's host work (micro_batch_engine_host_s, engine_step_s) when
+    engine_probe.applies and its step parts were measured. A failed probe keeps the step parts,
+    leaves the fields None and says why in `time_calibration_error`: the job goes on."""
+    # imported here: `python -m distbench.workloads.train.engine_probe` imports this package
+    from distbench.workloads.train import engine_probe
+
+    if job.hardware.time_source != "measured" or not engine_probe.applies(job):
+        return job
+    device, name, threads = _where(job)
+    key = engine_probe.cache_key(job, name, threads)
+    try:
+        figures = engine_probe.cached_probe(job, name, threads) or runner.once(
+            _ENGINE_FAILED, key, lambda: _probed_engine(job, device, name, threads, timeout_s)
+        )
+    except (NotMeasured, ProbeFailed) as exc:
+        if isinstance(exc, ProbeFailed):
+            _say_once(exc, "the engine probe failed, ZeRO-3's host work is not predicted")
+        return with_hardware(job, time_calibration_error=f"engine probe: {exc}")
+    return with_hardware(job, **engine_probe.engine_parts(figures, job.model.num_layers))
+
+
+def _probed_engine(
+    job: Job, device: str, name: str, threads: int, timeout_s: float
+) -> dict[str, Any]:
+    """engine_probe's figures from a subprocess (the caller never imports torch), given the
+    job as its resolved.yaml."""
+    from distbench.workloads.train import engine_probe
+
+    with tempfile.TemporaryDirectory(prefix="distbench-engine-probe-") as folder:
+        job_yaml = Path(folder) / "job.yaml"
+        job_yaml.write_text(job.to_yaml())
+        args = ["-m", engine_probe.MODULE, "--job-yaml", str(job_yaml)]
+        args += ["--device-name", name, "--threads", str(threads)]
+        env = dict(os.environ, DS_ACCELERATOR=device)
+        if device == "cpu":
+            env["OMP_NUM_THREADS"] = str(threads)
+        figures = runner.run_probe(args, env, timeout_s)
+    if not engine_probe.is_probe(figures):
+        raise ValueError(f"engine_probe printed no probe: {sorted(figures)}")
+    return figures
