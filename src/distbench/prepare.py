@@ -9,6 +9,11 @@ configured (job.py's resolve_job measures nothing).
 3. the workload's own `prepare` hook (WorkloadSpec.prepare; train: its time source, measured
    step parts and ZeRO-3's engine probe); a time source still `auto` after it is `efficiency`.
 
+A run (the orchestrator's spine) prepares with `probe_when_auto=False`: under the default
+`hardware.time_source=auto` it reads the parts `plan` measured and cached, and otherwise keeps
+the efficiency model, so its ranks start without waiting on a probe; `time_source=measured`
+(or $DISTBENCH_TIME_SOURCE=measured) measures them before launch.
+
 `probe=False` starts no probe and writes no cache: what is cached is used, the rest keeps the
 catalog or the efficiency model and says why (runner.NOT_MEASURED_HERE): for commands that only
 show or record a job (`distbench resolve`, run.py's precheck, plan's first pass). A probe that
@@ -33,13 +38,25 @@ from distbench.compose.schema import HardwareConfig
 from distbench.job import Job
 from distbench.probes.calibrate import measured_peak_tflops
 from distbench.probes.detect import device_name
-from distbench.probes.runner import NOT_MEASURED_HERE, PROBE_ERRORS, NotMeasured, cache_only
+from distbench.probes.runner import (
+    NOT_MEASURED_HERE,
+    PROBE_ERRORS,
+    NotMeasured,
+    cache_only,
+    no_auto_probes,
+)
 
 
-def prepare_job(job: Job, *, probe: bool = True) -> Job:
+def prepare_job(job: Job, *, probe: bool = True, probe_when_auto: bool = True) -> Job:
     """The job with this machine's measured figures attached (see the module's docstring);
-    `probe=False`: from the cache only, nothing started or written."""
-    with contextlib.nullcontext() if probe else cache_only():
+    `probe=False`: from the cache only, nothing started or written; `probe_when_auto=False`
+    (a run): what only the default `auto` asks for is read from the cache, not measured."""
+    scope = contextlib.ExitStack()
+    if not probe:
+        scope.enter_context(cache_only())
+    if not probe_when_auto:
+        scope.enter_context(no_auto_probes())
+    with scope:
         job = with_measured_peak(job)
         job = with_measured_links(job)
         if job.spec.prepare is not None:

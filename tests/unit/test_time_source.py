@@ -174,3 +174,39 @@ def test_distbench_resolve_writes_nothing_to_the_cache(tmp_path):
     assert hardware["time_source"] == "efficiency"
     assert hardware["time_calibration_error"] == NOT_MEASURED_HERE
     assert list(cache.iterdir()) == []
+
+
+def test_a_run_under_auto_reads_cached_parts_and_measures_only_when_asked(monkeypatch, tmp_path):
+    """A run prepares with probe_when_auto=False: under the default `auto` its ranks start
+    without a probe (the efficiency model, saying how to measure); `time_source=measured`
+    asks for the probe, and the parts it cached serve the next `auto` run."""
+    monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "gpu_names", lambda: [])
+    started: list[list[str]] = []
+
+    def probe_process(cmd, **kwargs):  # what the step-parts process prints last
+        started.append(cmd)
+        parts = json.dumps({field: 0.125 for field in STEP_PARTS_FIELDS})
+        return subprocess.CompletedProcess(cmd, 0, stdout=parts + "\n", stderr="")
+
+    monkeypatch.setattr(runner.subprocess, "run", probe_process)
+    overrides = ["hardware=cpu", "batch.micro_batch_size=3"]  # a shape nothing else caches
+    in_a_run = prepare_job(resolve_job(compose_config(overrides), CONF_DIR), probe_when_auto=False)
+    assert started == []
+    assert in_a_run.hardware.time_source == "efficiency"
+    assert runner.NOT_ASKED_TO_MEASURE in in_a_run.hardware.time_calibration_error
+
+    asked = compose_config([*overrides, "hardware.time_source=measured"])
+    measured = prepare_job(resolve_job(asked, CONF_DIR), probe_when_auto=False)
+    assert len(started) == 1 and measured.hardware.micro_batch_gemm_s == 0.125
+
+    # the probe process caches what it measured (here: as it would, by hand)
+    threads = rank_threads(detect.num_cpu_cores(), 2)
+    key = step_parts.cache_key(detect.device_name("cpu"), "fp32", measured.model, 3, 128, threads)
+    figures = {field: 0.125 for field in STEP_PARTS_FIELDS}
+    (tmp_path / step_parts.CACHE_FILE).write_text(json.dumps({key: figures}))
+    again = prepare_job(resolve_job(compose_config(overrides), CONF_DIR), probe_when_auto=False)
+    assert len(started) == 1  # the cached parts serve the next run under auto
+    assert again.hardware.time_source == "measured"
+    assert again.hardware.time_calibration_error is None

@@ -83,10 +83,11 @@ def _run(job: Job | Refused, ctx: JobContext) -> Outcome:
 
 
 def _prepare(job: Job) -> Job:
-    """What this machine measures for the job (link fits, the workload's prepare hook)."""
+    """What this machine measures for the job (link fits, the workload's prepare hook); what
+    only the default time source asks for is read from the cache (probes run in `plan`)."""
     from distbench.prepare import prepare_job
 
-    return prepare_job(job)
+    return prepare_job(job, probe_when_auto=False)
 
 
 def _say_single_rank(job: Job, label: str) -> None:

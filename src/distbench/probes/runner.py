@@ -30,7 +30,15 @@ NOT_MEASURED_HERE = (
     "precheck and failure records measure nothing; run.py and plan do)"
 )
 
+# Why a run's `hardware.time_source=auto` used the efficiency model: it times nothing of its
+# own; the parts come from the cache that `plan` (or a run asking for `measured`) fills.
+NOT_ASKED_TO_MEASURE = (
+    "time_source=auto in a run reads cached parts only and none are cached for this shape: "
+    "`distbench plan` with the same overrides, or hardware.time_source=measured, measures them"
+)
+
 _CACHE_ONLY: ContextVar[bool] = ContextVar("distbench_probes_cache_only", default=False)
+_AUTO_PROBES: ContextVar[bool] = ContextVar("distbench_probes_auto", default=True)
 
 
 class NotMeasured(Exception):
@@ -56,6 +64,21 @@ def cache_only() -> Iterator[None]:
         yield
     finally:
         _CACHE_ONLY.reset(token)
+
+
+@contextlib.contextmanager
+def no_auto_probes() -> Iterator[None]:
+    """Within: a figure that only the default (`auto`) asks for is read from the cache, never
+    measured; one the config names (time_source=measured, peak_source=measured) still is."""
+    token = _AUTO_PROBES.set(False)
+    try:
+        yield
+    finally:
+        _AUTO_PROBES.reset(token)
+
+
+def auto_probes_allowed() -> bool:
+    return _AUTO_PROBES.get()
 
 
 def probing_allowed() -> bool:

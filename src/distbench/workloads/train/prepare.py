@@ -65,13 +65,24 @@ def resolve_time_source(
 
 
 def prepare(job: Job) -> Job:
-    """The job with its time source resolved and, under `measured`, its measured parts."""
+    """The job with its time source resolved and, under `measured`, its measured parts. When
+    only `auto` chose `measured` and the caller forbids auto probes (a run), the parts come from
+    the cache, else the efficiency model with the reason (runner.NOT_ASKED_TO_MEASURE)."""
     hw = job.hardware
     source = resolve_time_source(hw.time_source, hw.device, hw.name)
     job = with_hardware(job, time_source=source)
     if source != "measured":
         return job
-    return with_engine_parts(with_step_parts(job))
+    asked = (hw.time_source or "auto") != "auto" or env_time_source() is not None
+    if asked or runner.auto_probes_allowed():
+        return with_engine_parts(with_step_parts(job))
+    with runner.cache_only():
+        prepared = with_engine_parts(with_step_parts(job))
+    why = prepared.hardware.time_calibration_error or ""
+    if runner.NOT_MEASURED_HERE in why:
+        why = why.replace(runner.NOT_MEASURED_HERE, runner.NOT_ASKED_TO_MEASURE)
+        prepared = with_hardware(prepared, time_calibration_error=why)
+    return prepared
 
 
 def with_hardware(job: Job, **changes: Any) -> Job:
