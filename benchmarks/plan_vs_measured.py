@@ -27,10 +27,11 @@ store, then every job with `hardware.link_source=measured`: the predictions' lin
 are that run's α-β fit instead of the constants (figures/links.py); `time_err_pct_catalog_links`
 is the same job predicted on the catalog links, side by side.
 
-The jobs run with the product's `hardware.time_source` (auto: on this machine, the compute term
-is the micro-batch's measured parts, probes/step_parts.py: GEMMs timed at the model's shapes,
-other kernels at the measured bandwidth, host time per kernel); `--time-source efficiency`
-predicts peak × efficiency instead (`--measured-time` = `--time-source measured`). A job with
+The jobs run with `hardware.time_source=measured` by default (the compute term is the
+micro-batch's measured parts, probes/step_parts.py: GEMMs timed at the model's shapes, other
+kernels at the measured bandwidth, host time per kernel): what `auto` predicts with once `plan`
+has cached the parts (a run under `auto` probes nothing itself); `--time-source efficiency`
+predicts peak × efficiency instead, `--time-source auto` takes whatever is cached. A job with
 measured parts also gets `time_err_pct_efficiency`: the same job predicted by the efficiency
 model, side by side.
 
@@ -212,7 +213,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--time-source",
         choices=TIME_SOURCES,
-        help="hardware.time_source of every job (default: the product's, auto)",
+        default="measured",
+        help="hardware.time_source of every job (default: measured, as auto after a plan)",
     )
     parser.add_argument(
         "--measured-time",

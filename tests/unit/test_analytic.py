@@ -263,8 +263,8 @@ def test_pred_vs_measured_adds_the_cpu_runtime_and_gives_relative_errors():
     }
 
 
-# The one GPU record (../shared/gpu/README.md, 2026-11-23, one H100 80GB, llama_1b bf16
-# batch=medium world_size 1): measured peak GiB (CUDA max allocated) per recipe and engine.
+# The first GPU record (benchmarks/gpu_runs/README.md: 2026-11-23, one H100 80GB, llama_1b
+# bf16 batch=medium world_size 1): measured peak GiB (CUDA max allocated) per recipe and engine.
 H100_RECORD = [
     (["strategy=single", "workload.precision=pure"], 15.56),  # torch, pure bf16
     (["strategy=single"], 27.7),  # fp32 master + bf16 autocast (the bare-script row)

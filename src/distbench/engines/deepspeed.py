@@ -150,7 +150,7 @@ def build_partitioned(job: Job, config: dict[str, Any]) -> Any:
 
 @dataclass
 class DeepSpeedEngine:
-    """A DeepSpeed engine behind the train loop's `Engine` interface (strategies/__init__.py).
+    """A DeepSpeed engine behind the train loop's `Engine` interface (engines/__init__.py).
 
     Non-pipeline: forward, `engine.backward`, `engine.step` per micro-batch (DeepSpeed scales
     the loss by 1/grad_accum_steps and steps the optimizer at the accumulation boundary).

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 def job_precision(job: Job) -> str:
     """The job's recipe, `mixed` or `pure` (workload.precision; `mixed` when the workload has
-    none, the README's default)."""
+    none, train's schema default)."""
     return getattr(job.workload, "precision", None) or "mixed"
 
 

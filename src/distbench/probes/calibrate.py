@@ -80,7 +80,7 @@ def gemm_tflops(n: int, seconds: float) -> float:
     return 2.0 * n**3 / seconds / 1e12
 
 
-def measure(
+def time_peak_gemm(
     device: str, dtype: str, threads: int, size: int, iters: int, max_iter_s: float
 ) -> dict[str, Any]:
     """Time `iters` GEMMs after warm-up; returns the best and median TFLOP/s and the size."""
@@ -147,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         result = {"tflops": cached, "cached": True}
     else:
         size = args.size or DEFAULT_SIZE[args.device]
-        result = measure(args.device, args.dtype, args.threads, size, args.iters, args.max_iter_s)
+        result = time_peak_gemm(
+            args.device, args.dtype, args.threads, size, args.iters, args.max_iter_s
+        )
         store_peak(name, args.dtype, args.threads, result)
         result["cached"] = False
     result.update(device=args.device, device_name=name, dtype=args.dtype, threads=args.threads)

@@ -93,7 +93,7 @@ def device_rates(traces: tuple[Trace, ...], device: str, dtype: str) -> tuple:
     return gemm_s, attention_s, copy_bandwidth_gbps(device), kernel_floor_s(device)
 
 
-def measure(
+def time_step_parts(
     model_cfg: ModelConfig,
     device: str,
     dtype: str,
@@ -179,7 +179,7 @@ def cached_or_measured(
     return cache.cached(
         CACHE_FILE,
         key,
-        lambda: measure(model_cfg, device, dtype, *shape, threads),
+        lambda: time_step_parts(model_cfg, device, dtype, *shape, threads),
         force,
         valid=is_step_parts,
     )

@@ -6,8 +6,9 @@ creation is serialised with a file lock next to the database; afterwards concurr
 fine but may meet "database is locked", which is retried.
 
 The MLflow client brings ~2,200 modules (pandas, SQLAlchemy, alembic); the interpreter's final
-garbage collection over them took ~1.1 s of every `python run.py` on a 2-core CPU
-(benchmarks/harness_overhead.py). `client()` therefore freezes the collector at exit.
+garbage collection over them costs about a second at the end of every `python run.py` on a
+small CPU (benchmarks/README.md, "Measuring the measurer"). `client()` therefore freezes the
+collector at exit.
 
     python -c "from distbench.tracking.mlflow_store import ensure_experiment as e; print(e('sqlite:///x.db','t'))"
 """

@@ -2,7 +2,7 @@
 
 Every timed call is bracketed by a barrier and a device sync, so each rank's clock covers the
 same work; combine() then takes the slowest rank per iteration. Rank 0 appends progress lines
-in train.py's format ({"phase", "step", "num_steps", "step_time_s", "time_unix_s"} and the
+in the train workload's format ({"phase", "step", "num_steps", "step_time_s", "time_unix_s"} and the
 workload's own figures) so the orchestrator's step lines move; raw workloads have no loss.
 
     python -c "from distbench.workloads.timing import *; print(slowest_per_iteration([[1], [2]]))"

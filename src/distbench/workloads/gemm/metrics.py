@@ -1,7 +1,7 @@
 """Distributed-GEMM figures as pure functions: FLOPs, memory per rank for each sharding, the
 largest square problem that fits, and the correctness tolerance per dtype. No torch.
 
-C[m, n] = A[m, k] @ B[k, n] sharded over p ranks (as in the course lab):
+C[m, n] = A[m, k] @ B[k, n] sharded over p ranks:
     rows  A split by rows, B broadcast, each rank computes C rows, all_gather of C
     cols  B split by columns, A broadcast, each rank computes C columns, all_gather of C
     k     A split by columns and B by rows (the inner dimension), partial C, all_reduce
@@ -40,7 +40,7 @@ def sharded_dim(sharding: str) -> str:
 
 
 def elements_per_rank(m: int, k: int, n: int, p: int, sharding: str) -> int:
-    """Elements one rank holds for one sharded GEMM over p ranks, as workloads/gemm_sharding.py
+    """Elements one rank holds for one sharded GEMM over p ranks, as workloads/gemm/sharding.py
     allocates them (inputs, then the full C that the collective fills):
 
     rows: A/p + B + C (the local rows are written in place into C's slice, then all_gather);

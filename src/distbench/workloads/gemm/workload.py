@@ -94,7 +94,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         "fits_single_device": fits,
         "run_dir": str(run_dir),
     }
-    if g.mode == "single" and not fits:  # the lab's out-of-memory case: report, don't allocate
+    if g.mode == "single" and not fits:  # does not fit one device: report, don't allocate
         return {**figures, "gemm_times_s": [], "comm_times_s": [], "compute_times_s": []}
 
     a, b = sh.random_shards(g.m, g.k, g.n, p, g.sharding, dtype, device, w.seed + rank)

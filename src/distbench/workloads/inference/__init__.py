@@ -34,10 +34,11 @@ DECODE_RATE = MetricSpec(
 TPOT = MetricSpec("time_per_output_token_s", "s", "min", "time per output token (s)", ".4f")
 LATENCY_P50 = MetricSpec("latency_s_p50", "s", "min", "request latency p50 (s)", ".3f")
 LATENCY_P90 = MetricSpec("latency_s_p90", "s", "min", "request latency p90 (s)", ".3f")
-# Measured on an H100 (2026-11-25, DeepSpeed 0.19.8, transformers 5.17): DeepSpeed's injected
-# GPT-2 layer reads the KV cache as a tensor ("'DynamicCache' object has no attribute 'dtype'")
-# and its Llama container fuses q, k, v and refuses grouped-query attention ("Merging tensors is
-# not allowed here"). transformers >= 4.56 (what distbench supports) passes Cache objects.
+# Why kernel_inject is refused: DeepSpeed's injected GPT-2 layer reads the KV cache as a tensor
+# ("'DynamicCache' object has no attribute 'dtype'") and its Llama container fuses q, k, v and
+# refuses grouped-query attention ("Merging tensors is not allowed here"), while transformers
+# >= 4.56 (what distbench supports) passes Cache objects (the GPU run that found it:
+# benchmarks/gpu_runs/2026-11-25_h100/README.md).
 KERNEL_INJECT_REFUSAL = (
     "inference.kernel_inject=true: DeepSpeed's injected inference kernels do not run with the "
     "transformers versions distbench supports (they expect the legacy tuple KV cache; Llama's "

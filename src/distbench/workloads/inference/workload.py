@@ -2,12 +2,13 @@
 prompts, under data-parallel replicas (strategy.tp = 1) or tensor parallelism (strategy.tp > 1).
 
 Every layout sees the same prompts: step s's global prompt batch [dp × batch_size, prompt_len]
-is drawn from (seed, s), as train.py draws its batches, and each data-parallel replica takes its
-rows; the ranks of one tensor-parallel group share their replica's rows. Tensor parallelism is
-DeepSpeed's AutoTP inference path, `deepspeed.init_inference(model, tensor_parallel=...)`: it
-splits every attention and MLP projection of a transformers model across the group and
-all-reduces their outputs (DeepSpeed's shared-memory kernel on CPU when the group is the whole
-node, else the process group's all_reduce).
+is drawn from (seed, s), as the train workload draws its batches, and each data-parallel
+replica takes its rows; the ranks of one tensor-parallel group share their replica's rows.
+Tensor parallelism is DeepSpeed's AutoTP inference path,
+`deepspeed.init_inference(model, tensor_parallel=...)`: it splits every attention and MLP
+projection of a transformers model across the group and all-reduces their outputs
+(DeepSpeed's shared-memory kernel on CPU when the group is the whole node, else the process
+group's all_reduce).
 
 Decoding is a manual loop, not `model.generate()`: one prefill forward over the prompts (its
 last-position logits give the first new token; its time is the time to first token), then

@@ -159,7 +159,7 @@ def free_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def measure(job: Any, threads: int = 1) -> dict[str, Any]:
+def probe_engine(job: Any, threads: int = 1) -> dict[str, Any]:
     """Time the engine and the bare model at each of CUTS' depths, on one micro-batch of the
     job's shape; where that does not fit on one unsharded device (the job's ranks shard it),
     on timing.HOST_PROBE_TOKENS: the hooks' host time, none of it hidden. `tokens` says
@@ -241,7 +241,7 @@ def cached_or_measured(
 ) -> dict[str, Any]:
     """The cached figures for this job's engine, or measure and cache them (in this process)."""
     key = cache_key(job, device_name, threads)
-    return cache.cached(CACHE_FILE, key, lambda: measure(job, threads), force, valid=is_probe)
+    return cache.cached(CACHE_FILE, key, lambda: probe_engine(job, threads), force, valid=is_probe)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """The train workload: a model wrapped by its strategy's engine, warm-up steps, then timed steps.
 
-The engine (`strategy.engine`: deepspeed or torch, see strategies/__init__.py) is built by its
+The engine (`strategy.engine`: deepspeed or torch, see engines/__init__.py) is built by its
 module's `initialize(model, job)`; the loop only calls `train_step(micro_batches)`.
 
 Every strategy sees the same data: step s's global batch is drawn from (seed, s) and each
