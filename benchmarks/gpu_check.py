@@ -131,8 +131,9 @@ def efficiency_prediction(job_dir: Path, metrics: dict[str, Any]) -> dict[str, A
     pred = predict(by_efficiency)
     if pred.step_time_s is not None:
         metrics["pred_step_time_s_efficiency"] = pred.step_time_s
-    parts = {key: getattr(hardware, key) for key in (*STEP_PARTS_FIELDS, *ENGINE_PARTS_FIELDS)}
-    error = hardware.time_calibration_error
+    measured = job.measured
+    parts = {key: getattr(measured, key) for key in (*STEP_PARTS_FIELDS, *ENGINE_PARTS_FIELDS)}
+    error = measured.time_calibration_error
     return {"time_source": hardware.time_source, "step_parts": parts, "time_error": error}
 
 

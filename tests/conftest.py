@@ -93,11 +93,17 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
+def with_measured_parts(job, gemm_s: float, other_s: float, host_s: float, **more):
+    """The job under time_source=measured with these parts (measured_parts) and `more`
+    Measurements fields."""
+    parts = measured_parts(gemm_s, other_s, host_s)
+    return job.with_hardware(time_source="measured").with_measured(**parts, **more)
+
+
 def measured_parts(gemm_s: float, other_s: float, host_s: float) -> dict:
-    """HardwareConfig fields of a micro-batch's measured parts (time_source=measured), as
+    """Measurements fields (Job.measured) of a micro-batch's measured parts, as
     probes/step_parts.py measures them: 2000 kernels, an H100-like floor and bandwidth."""
     return dict(
-        time_source="measured",
         micro_batch_gemm_s=gemm_s,
         micro_batch_attention_s=0.01,
         micro_batch_other_s=other_s,

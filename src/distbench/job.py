@@ -37,6 +37,7 @@ from distbench.compose.schema import (
     WorkloadConfig,
     own_strategy_fields,
 )
+from distbench.probes.parts import MEASUREMENT_FIELDS, Measurements
 
 # The engine a raw torch.distributed workload (gemm, collectives) is tagged with.
 RAW_ENGINE = "torch.distributed"
@@ -77,7 +78,8 @@ class Job:
     """Everything one job runs with, typed. `options` is the active workload's own node (e.g.
     GemmConfig), None when it has none; model, strategy and batch are None for a workload that
     builds no model (gemm, collectives). `zero_optimization` is DeepSpeed's block for the stage
-    (None off DeepSpeed)."""
+    (None off DeepSpeed). `measured` is what prepare_job measured on this machine (empty until
+    then): prediction inputs beside the hardware figures, not part of the signature."""
 
     workload: WorkloadConfig
     workload_module: str  # the workload's package (distbench.workloads.<name> or a plug-in)
@@ -97,6 +99,7 @@ class Job:
     resume: bool = False
     retry_failed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # unknown root keys (+key=value)
+    measured: Measurements = field(default_factory=Measurements)
 
     @property
     def world_size(self) -> int:
@@ -163,6 +166,7 @@ class Job:
             "rank_launcher": self.topology.rank_launcher,
             "tp_across_nodes": self.topology.tp_across_nodes,
             "hardware": _plain(self.hardware),
+            "measured": _plain(self.measured),
             "tracking": _plain(self.tracking),
             "limits": _plain(self.limits),
             "fault": _plain(self.fault),
@@ -186,7 +190,7 @@ class Job:
         """The Job a rank runs: rebuilt from resolved.yaml (what `tree()` wrote)."""
         from distbench import workloads
 
-        tree = copy.deepcopy(tree)
+        tree = _measured_apart(copy.deepcopy(tree))
         spec = workloads.spec_of_module(tree["workload_module"])
         options_key = spec.options_key
         optional = {
@@ -208,6 +212,7 @@ class Job:
             "rank_launcher",
             "tp_across_nodes",
             "hardware",
+            "measured",
             "tracking",
             "limits",
             "fault",
@@ -222,6 +227,7 @@ class Job:
             workload=_typed(spec.schema, tree["workload"]),
             workload_module=tree["workload_module"],
             hardware=_typed(HardwareConfig, tree["hardware"]),
+            measured=_typed(Measurements, tree["measured"]),
             tracking=_typed(TrackingConfig, tree["tracking"]),
             limits=_typed(LimitsConfig, tree["limits"]),
             fault=_typed(FaultConfig, tree["fault"]),
@@ -253,6 +259,23 @@ class Job:
 
     def replace(self, **changes: Any) -> Job:
         return dataclasses.replace(self, **changes)
+
+    def with_hardware(self, **changes: Any) -> Job:
+        """The job with these HardwareConfig fields changed."""
+        return self.replace(hardware=dataclasses.replace(self.hardware, **changes))
+
+    def with_measured(self, **changes: Any) -> Job:
+        """The job with these Measurements fields changed."""
+        return self.replace(measured=self.measured.replace(**changes))
+
+
+def _measured_apart(tree: dict[str, Any]) -> dict[str, Any]:
+    """The tree with its `measured` node: a resolved.yaml written before it held the
+    measurements under `hardware`, from where they move over."""
+    hardware = tree.get("hardware") or {}
+    moved = {key: hardware.pop(key) for key in MEASUREMENT_FIELDS if key in hardware}
+    tree["measured"] = {**moved, **(tree.get("measured") or {})}
+    return tree
 
 
 def _plain(node: Any) -> Any:

@@ -22,22 +22,21 @@ fails never loses the job: its figure stays the catalog's, with the reason in th
 
     python -c "from tests.conftest import compose_config, CONF_DIR; \\
 from distbench.job import resolve_job; from distbench.prepare import prepare_job; \\
-print(prepare_job(resolve_job(compose_config(), CONF_DIR), probe=False).hardware)"
+print(prepare_job(resolve_job(compose_config(), CONF_DIR), probe=False).measured)"
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from distbench.compose.schema import HardwareConfig
 from distbench.job import Job
 from distbench.probes.calibrate import measured_peak_tflops
 from distbench.probes.detect import device_name
+from distbench.probes.parts import Measurements
 from distbench.probes.runner import (
     NOT_MEASURED_HERE,
     PROBE_ERRORS,
@@ -62,35 +61,38 @@ def prepare_job(job: Job, *, probe: bool = True, probe_when_auto: bool = True) -
         if job.spec.prepare is not None:
             job = job.spec.prepare(job)
     if job.hardware.time_source == "auto":  # nothing measures this workload's step
-        job = _with_hardware(job, time_source="efficiency")
+        job = job.with_hardware(time_source="efficiency")
     return job
 
 
-def left_unmeasured(hardware: HardwareConfig) -> bool:
+def left_unmeasured(measured: Measurements) -> bool:
     """Whether a job prepared with probe=False lacks figures a probing prepare would measure
     (NOT_MEASURED_HERE is on its time or peak calibration error)."""
-    errors = (hardware.time_calibration_error, hardware.peak_calibration_error)
+    errors = (measured.time_calibration_error, measured.peak_calibration_error)
     return any(NOT_MEASURED_HERE in (error or "") for error in errors)
 
 
-def _with_hardware(job: Job, **changes: Any) -> Job:
-    return job.replace(hardware=dataclasses.replace(job.hardware, **changes))
+def _catalog_peak(job: Job, why: str) -> Job:
+    """Back on the catalog peak, saying why."""
+    return job.with_hardware(peak_source="catalog").with_measured(peak_calibration_error=why)
 
 
 def with_measured_peak(job: Job) -> Job:
     """`peak_source=measured`: the job's dtype's `peak_tflops_<dtype>` from a timed GEMM on this
-    device (CPU: one thread, as one rank = one core); `catalog_peak_tflops_<dtype>` keeps the
-    catalog's. A failed (or, under probe=False, uncached) calibration keeps the catalog figure,
-    sets `peak_source=catalog` and says why in `peak_calibration_error`."""
+    device (CPU: one thread, as one rank = one core); job.measured's
+    `catalog_peak_tflops_<dtype>` keeps the catalog's. A failed (or, under probe=False,
+    uncached) calibration keeps the catalog figure, sets `peak_source=catalog` and says why in
+    `peak_calibration_error`."""
     hw, dtype = job.hardware, job.dtype
-    if hw.peak_source != "measured" or getattr(hw, f"catalog_peak_tflops_{dtype}") is not None:
+    catalog = getattr(job.measured, f"catalog_peak_tflops_{dtype}")
+    if hw.peak_source != "measured" or catalog is not None:
         return job  # catalog figures, or measured already
     device = "cuda" if hw.device == "cuda" else "cpu"
     threads = 1 if device == "cpu" else 0
     try:
         measured = measured_peak_tflops(device, dtype, threads, device_name(device))
     except NotMeasured as exc:
-        return _with_hardware(job, peak_source="catalog", peak_calibration_error=str(exc))
+        return _catalog_peak(job, str(exc))
     except PROBE_ERRORS as exc:
         print(
             f"distbench: peak calibration failed, using the catalog peak: {exc}",
@@ -98,12 +100,10 @@ def with_measured_peak(job: Job) -> Job:
             flush=True,
         )
         why = f"{type(exc).__name__}: {exc}"[:500]
-        return _with_hardware(job, peak_source="catalog", peak_calibration_error=why)
-    return _with_hardware(
-        job,
-        **{f"catalog_peak_tflops_{dtype}": getattr(hw, f"peak_tflops_{dtype}")},
-        **{f"peak_tflops_{dtype}": measured},
-    )
+        return _catalog_peak(job, why)
+    return job.with_measured(
+        **{f"catalog_peak_tflops_{dtype}": getattr(hw, f"peak_tflops_{dtype}")}
+    ).with_hardware(**{f"peak_tflops_{dtype}": measured})
 
 
 # (tracking URI, experiment, hardware) -> (monotonic time read, fits): a sweep or a plan
@@ -115,7 +115,8 @@ _LINK_WARNED: set[str] = set()
 
 
 def with_measured_links(job: Job) -> Job:
-    """`link_source=measured`: the store's α-β fits into measured_interconnect_gbps (the
+    """`link_source=measured`: the store's α-β fits into job.measured's
+    measured_interconnect_gbps (the
     intra-node bus bandwidth), measured_internode_gbytes_per_s (the inter-node one) and
     link_latency_us (the intra-node α); predictions prefer them to the catalog figures, which
     stay. Without a store or any fit: `link_source=catalog`, the reason in
@@ -124,18 +125,18 @@ def with_measured_links(job: Job) -> Job:
         return job
     fields, why = _link_fit_fields(job)
     if why is None:
-        return _with_hardware(job, **fields)
+        return job.with_measured(**fields)
     if why not in _LINK_WARNED:  # a plan prepares every strategy: say it once
         _LINK_WARNED.add(why)
         print(
             f"distbench: hardware.link_source=measured: {why}; using the catalog links",
             file=sys.stderr,  # plan --json and resolve --json keep stdout one document
         )
-    return _with_hardware(job, link_source="catalog", link_calibration_error=why[:500])
+    return job.with_hardware(link_source="catalog").with_measured(link_calibration_error=why[:500])
 
 
 def _link_fit_fields(job: Job) -> tuple[dict[str, Any], str | None]:
-    """(the hardware fields of the store's fits, None), or ({}, why there are none)."""
+    """(the Measurements fields of the store's fits, None), or ({}, why there are none)."""
     from distbench.figures.links import link_fit_fields
     from distbench.tracking.pred_history import load_link_fits, store_exists
     from distbench.tracking.sweep import resolve_tracking_uri

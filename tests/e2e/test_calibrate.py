@@ -67,7 +67,8 @@ def test_a_failed_calibration_keeps_the_catalog_peak_and_says_why(tmp_path, monk
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(calibrate, "MODULE", "distbench.probes.no_such_probe")  # exits 1
     job = resolve_job(compose_config(["hardware=cpu", "hardware.peak_source=measured"]), CONF_DIR)
-    hw = prepare_job(job).hardware
+    prepared = prepare_job(job)
+    hw = prepared.hardware
     assert hw.peak_source == "catalog"
-    assert "no_such_probe exited 1" in hw.peak_calibration_error
+    assert "no_such_probe exited 1" in prepared.measured.peak_calibration_error
     assert hw.peak_tflops_fp32 == job.hardware.peak_tflops_fp32 > 0

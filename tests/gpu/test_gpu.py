@@ -97,9 +97,9 @@ def test_the_step_parts_are_measured_on_the_gpu(tmp_path, monkeypatch):
     assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
     resolved = (tmp_path / "resolved.yaml").read_text()
     assert "time_source: measured" in resolved and "time_calibration_error: null" in resolved
-    hardware = Job.load(tmp_path).hardware
-    assert 0 < hardware.kernel_floor_us < 50 and hardware.micro_batch_gemm_s > 0
-    assert hardware.measured_mem_bandwidth_gbps > 100  # HBM, not a host copy
+    measured = Job.load(tmp_path).measured
+    assert 0 < measured.kernel_floor_us < 50 and measured.micro_batch_gemm_s > 0
+    assert measured.measured_mem_bandwidth_gbps > 100  # HBM, not a host copy
     assert outcome["metrics"]["pred_step_time_s"] > 0
 
 
@@ -112,8 +112,8 @@ def test_zero3s_engine_is_probed_on_the_gpu(tmp_path, monkeypatch):
     overrides = ["strategy=zero3", "workload.dtype=bf16", "hardware.time_source=measured"]
     outcome = run_job(compose_config([*ONE_GPU, *overrides]), tmp_path, CONF_DIR, PROJECT_DIR)
     assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
-    hardware = Job.load(tmp_path).hardware
-    assert hardware.time_calibration_error is None
+    measured = Job.load(tmp_path).measured
+    assert measured.time_calibration_error is None
     # clamped at 0 where noise makes a layer look free, but never missing
-    assert hardware.micro_batch_engine_host_s >= 0 and hardware.engine_step_s >= 0
+    assert measured.micro_batch_engine_host_s >= 0 and measured.engine_step_s >= 0
     assert outcome["metrics"]["pred_step_time_s"] > 0

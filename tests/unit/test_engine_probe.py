@@ -23,7 +23,7 @@ from distbench.probes.detect import device_name
 from distbench.probes.parts import ENGINE_PARTS_FIELDS
 from distbench.workloads.train import engine_probe, prepare
 from distbench.workloads.train.engine_probe import PROBE_FIELDS
-from tests.conftest import CONF_DIR, compose_config, measured_parts
+from tests.conftest import CONF_DIR, compose_config, with_measured_parts
 
 pytestmark = pytest.mark.unit
 
@@ -35,8 +35,7 @@ def _job(overrides: list[str]):
 
 
 def _measured(job, **engine):
-    parts = measured_parts(gemm_s=0.03, other_s=0.02, host_s=0.05)
-    return job.replace(hardware=dataclasses.replace(job.hardware, **parts, **engine))
+    return with_measured_parts(job, gemm_s=0.03, other_s=0.02, host_s=0.05, **engine)
 
 
 def test_the_probe_is_one_rank_of_the_same_engine_on_one_micro_batch():
@@ -127,7 +126,7 @@ def test_only_a_measured_zero3_job_on_a_gpu_is_probed(monkeypatch, tmp_path):
     key = engine_probe.cache_key(gpu, device_name("cuda"))
     cached = {field: {"1": 0.1, "2": 0.2} for field in PROBE_FIELDS}
     (tmp_path / engine_probe.CACHE_FILE).write_text(json.dumps({key: cached}))
-    probed = prepare.with_engine_parts(gpu).hardware
+    probed = prepare.with_engine_parts(gpu).measured
     at_depth = engine_probe.engine_parts(cached, gpu.model.num_layers)
     assert (probed.micro_batch_engine_host_s, probed.engine_step_s) == (
         at_depth["micro_batch_engine_host_s"],
@@ -145,14 +144,14 @@ def test_a_failed_probe_keeps_the_step_parts_and_says_why_once(capsys, monkeypat
     (tmp_path / engine_probe.CACHE_FILE).write_text(json.dumps({key: {"step_s": 1.0}}))
     failed = prepare.with_engine_parts(job, timeout_s=0.01)  # too short to import torch
     assert failed.hardware.time_source == "measured"
-    assert failed.hardware.micro_batch_gemm_s == job.hardware.micro_batch_gemm_s
-    assert failed.hardware.micro_batch_engine_host_s is None
-    assert failed.hardware.time_calibration_error.startswith("engine probe: TimeoutExpired")
+    assert failed.measured.micro_batch_gemm_s == job.measured.micro_batch_gemm_s
+    assert failed.measured.micro_batch_engine_host_s is None
+    assert failed.measured.time_calibration_error.startswith("engine probe: TimeoutExpired")
     assert "the engine probe failed" in capsys.readouterr().err
     # the next job of the same engine neither retries nor repeats it
     monkeypatch.setattr(runner.subprocess, "run", _no_subprocess)
     again = prepare.with_engine_parts(job)
-    assert again.hardware.time_calibration_error == failed.hardware.time_calibration_error
+    assert again.measured.time_calibration_error == failed.measured.time_calibration_error
     assert capsys.readouterr().err == ""
 
 
@@ -206,7 +205,7 @@ def test_each_plan_row_predicts_with_its_own_engine_probe(monkeypatch, tmp_path)
     probe["bare_forward_backward_s"] = {"1": 0.01, "2": 0.02}
     engine_key = engine_probe.cache_key(zero3, name)
     (tmp_path / engine_probe.CACHE_FILE).write_text(json.dumps({engine_key: probe}))
-    assert prepare_job(_job(gpu)).hardware.micro_batch_engine_host_s > 0
+    assert prepare_job(_job(gpu)).measured.micro_batch_engine_host_s > 0
 
     plan = make_plan([arg for arg in gpu if arg != "strategy=zero3"], ["dp", "zero3"])
     by_strategy = {p.strategy: p for p in plan.predictions}

@@ -109,12 +109,14 @@ def test_a_cached_measured_peak_replaces_the_catalog_one(tmp_path, monkeypatch):
     measured = ["hardware=cpu", "hardware.peak_source=measured", "workload.dtype=fp32"]
     job = resolve_job(compose_config(measured), CONF_DIR)
     assert job.hardware.peak_tflops_fp32 != 0.0421  # resolving measures nothing
-    hw = prepare_job(job).hardware
+    prepared = prepare_job(job)
+    hw = prepared.hardware
     assert hw.peak_tflops_fp32 == 0.0421 and hw.peak_source == "measured"
     catalog = hardware.resolve_hardware({"name": "cpu", "device": "cpu"}, CONF_DIR)
-    assert hw.catalog_peak_tflops_fp32 == catalog["peak_tflops_fp32"]
+    assert prepared.measured.catalog_peak_tflops_fp32 == catalog["peak_tflops_fp32"]
     assert hw.peak_tflops_bf16 == catalog["peak_tflops_bf16"]  # not asked for
-    assert prepare_job(prepare_job(job)).hardware == hw  # preparing twice measures once
+    again = prepare_job(prepared)  # preparing twice measures once
+    assert (again.hardware, again.measured) == (hw, prepared.measured)
 
 
 @pytest.mark.parametrize("content", ["null", "[1, 2]", '{"KEY": null}', '{"KEY": {"tflops": "x"}}'])

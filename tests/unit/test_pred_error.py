@@ -351,12 +351,12 @@ def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, 
     hw_module._LINK_WARNED.clear()  # said once per process: an earlier test may have said it
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     measured = [*OVERRIDES, f"tracking.uri={uri}", "hardware.link_source=measured"]
-    assert resolve_job(compose_config(measured), CONF_DIR).hardware.link_calibration_error is None
-    no_store = prepare_job(resolve_job(compose_config(measured), CONF_DIR)).hardware
-    assert (
-        no_store.link_source == "catalog" and "no MLflow store" in no_store.link_calibration_error
-    )
-    assert no_store.measured_interconnect_gbps is None and no_store.link_latency_us is None
+    assert resolve_job(compose_config(measured), CONF_DIR).measured.link_calibration_error is None
+    no_store = prepare_job(resolve_job(compose_config(measured), CONF_DIR))
+    assert no_store.hardware.link_source == "catalog"
+    assert "no MLflow store" in no_store.measured.link_calibration_error
+    fits = no_store.measured
+    assert fits.measured_interconnect_gbps is None and fits.link_latency_us is None
     assert capsys.readouterr().err.count("link_source=measured") == 1
     client = MlflowClient(uri)
     experiment_id = client.create_experiment("distbench")
@@ -368,10 +368,10 @@ def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, 
         client.set_terminated(run_id, "FINISHED")
     hw_module._LINK_FITS_CACHE.clear()
     job = prepare_job(resolve_job(compose_config(measured), CONF_DIR))
-    hw = job.hardware
-    assert hw.link_source == "measured" and hw.link_calibration_error is None
-    assert hw.measured_interconnect_gbps == pytest.approx(0.8)  # this hardware's, not the H100's
-    assert hw.link_latency_us == pytest.approx(300.0)
+    hw, fits = job.hardware, job.measured
+    assert hw.link_source == "measured" and fits.link_calibration_error is None
+    assert fits.measured_interconnect_gbps == pytest.approx(0.8)  # this hardware's, not the H100's
+    assert fits.link_latency_us == pytest.approx(300.0)
     assert hw.interconnect_gbps is None  # the catalog figure stays beside it
     pred = predict(job)
     assert pred.assumptions["bandwidth_gbps"] == pytest.approx(0.8)

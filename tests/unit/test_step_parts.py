@@ -21,7 +21,7 @@ from distbench.probes import runner, step_parts, trace
 from distbench.probes.detect import device_name, num_cpu_cores
 from distbench.probes.parts import STEP_PARTS_FIELDS, MeasuredParts
 from distbench.workloads.train import prepare
-from tests.conftest import CONF_DIR, compose_config, measured_parts
+from tests.conftest import CONF_DIR, compose_config, with_measured_parts
 
 pytestmark = pytest.mark.unit
 
@@ -79,14 +79,12 @@ def test_predict_takes_its_compute_from_the_measuredmeasured_parts():
     llama = ["hardware=h100_sxm", "model=llama_1b", "batch=medium", "workload.dtype=bf16"]
     job = resolve_job(compose_config([*llama, "strategy=dp", "world_size=1"]), CONF_DIR)
     by_efficiency = predict(job)
-    host_bound = job.replace(
-        hardware=dataclasses.replace(job.hardware, **measured_parts(0.02, 0.03, 0.09))
-    )
+    host_bound = with_measured_parts(job, 0.02, 0.03, 0.09)
     p = predict(host_bound)
     m = job.batch.grad_accum_steps
     assert p.time_s["compute"] == pytest.approx(m * 0.09)
-    device_bound = dataclasses.replace(host_bound.hardware, micro_batch_host_s=0.01)
-    assert predict(job.replace(hardware=device_bound)).time_s["compute"] == pytest.approx(m * 0.06)
+    device_bound = host_bound.with_measured(micro_batch_host_s=0.01)
+    assert predict(device_bound).time_s["compute"] == pytest.approx(m * 0.06)
     assert p.assumptions["time_source"] == "measured"
     assert by_efficiency.assumptions["time_source"] == "efficiency"
     assert p.time_s["compute"] != pytest.approx(by_efficiency.time_s["compute"])
@@ -94,8 +92,8 @@ def test_predict_takes_its_compute_from_the_measuredmeasured_parts():
     ratio = by_efficiency.time_s["optimizer"] / p.time_s["optimizer"]
     assert ratio == pytest.approx(3000.0 / job.hardware.mem_bandwidth_gbps)
     # a failed calibration (time_source back to efficiency) ignores stale parts
-    stale = dataclasses.replace(host_bound.hardware, time_source="efficiency")
-    assert predict(job.replace(hardware=stale)).time_s == by_efficiency.time_s
+    stale = host_bound.with_hardware(time_source="efficiency")
+    assert predict(stale).time_s == by_efficiency.time_s
 
 
 def test_this_cpu_is_measured_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
@@ -131,14 +129,15 @@ def test_a_failed_calibration_keeps_the_efficiency_model_and_says_why_once(
     failing = ["-m", "distbench.probes.step_parts", "--model-json", "{}"]  # not a model
     real = runner.run_probe
     monkeypatch.setattr(runner, "run_probe", lambda args, *rest: real(failing, *rest))
-    hw = prepare.with_step_parts(job).hardware
-    assert hw.time_source == "efficiency"
+    prepared = prepare.with_step_parts(job)
+    hw = prepared.measured
+    assert prepared.hardware.time_source == "efficiency"
     assert "step_parts exited" in hw.time_calibration_error
     assert hw.micro_batch_gemm_s is None
     assert "step-time calibration failed" in capsys.readouterr().err
     # the next job of the same shape (a plan --search: hundreds) neither retries nor repeats it
     monkeypatch.setattr(runner.subprocess, "run", _no_subprocess)
-    again = prepare.with_step_parts(job).hardware
+    again = prepare.with_step_parts(job).measured
     assert again.time_calibration_error == hw.time_calibration_error
     assert capsys.readouterr().err == ""
 
@@ -161,7 +160,7 @@ def test_a_cached_measurement_is_read_without_a_subprocess(monkeypatch, tmp_path
     )
     assert parts == MeasuredParts(**figures)
     job = prepare.with_step_parts(_cpu_job(["batch.micro_batch_size=2", "batch.seq_len=128"]))
-    assert job.hardware.time_source == "measured" and job.hardware.micro_batch_host_s == 0.5
+    assert job.hardware.time_source == "measured" and job.measured.micro_batch_host_s == 0.5
 
 
 @pytest.mark.parametrize("damaged", [None, [1, 2], {"micro_batch_gemm_s": "fast"}])

@@ -94,13 +94,13 @@ def test_the_default_job_predicts_from_this_cpus_measured_parts(monkeypatch, tmp
 
     job = prepare_job(resolve_job(cfg, CONF_DIR))
     assert job.hardware.time_source == "measured"
-    assert job.hardware.micro_batch_gemm_s == 0.25 and job.hardware.time_calibration_error is None
+    assert job.measured.micro_batch_gemm_s == 0.25 and job.measured.time_calibration_error is None
 
     planned = resolve_job(compose_config(["hardware=h100_sxm", "workload.dtype=bf16"]), CONF_DIR)
     planned = prepare_job(planned)
     assert planned.hardware.time_source == "efficiency"
-    assert planned.hardware.micro_batch_gemm_s is None
-    assert planned.hardware.time_calibration_error is None  # a choice, not a failure
+    assert planned.measured.micro_batch_gemm_s is None
+    assert planned.measured.time_calibration_error is None  # a choice, not a failure
 
 
 def test_a_command_that_only_shows_a_job_measures_nothing(monkeypatch, tmp_path):
@@ -111,7 +111,7 @@ def test_a_command_that_only_shows_a_job_measures_nothing(monkeypatch, tmp_path)
     monkeypatch.setattr(runner.subprocess, "run", _no_subprocess)
     shown = prepare_job(resolve_job(compose_config(["hardware=cpu"]), CONF_DIR), probe=False)
     assert shown.hardware.time_source == "efficiency"
-    assert shown.hardware.time_calibration_error == NOT_MEASURED_HERE
+    assert shown.measured.time_calibration_error == NOT_MEASURED_HERE
     assert not (tmp_path / step_parts.CACHE_FILE).exists()
 
 
@@ -139,7 +139,7 @@ def test_resolving_a_job_starts_nothing_reads_no_store_and_writes_no_cache(monke
         f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
     ]
     job = resolve_job(compose_config(measured), CONF_DIR)
-    assert job.hardware.time_source == "measured" and job.hardware.micro_batch_gemm_s is None
+    assert job.hardware.time_source == "measured" and job.measured.micro_batch_gemm_s is None
     assert list(cache.iterdir()) == [] and list(tmp_path.iterdir()) == [cache]
 
 
@@ -170,9 +170,9 @@ def test_distbench_resolve_writes_nothing_to_the_cache(tmp_path):
     cmd += ["hardware=cpu", "hardware.peak_source=measured", "strategy=zero3"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    hardware = json.loads(proc.stdout)["job"]["hardware"]
-    assert hardware["time_source"] == "efficiency"
-    assert hardware["time_calibration_error"] == NOT_MEASURED_HERE
+    shown = json.loads(proc.stdout)["job"]
+    assert shown["hardware"]["time_source"] == "efficiency"
+    assert shown["measured"]["time_calibration_error"] == NOT_MEASURED_HERE
     assert list(cache.iterdir()) == []
 
 
@@ -195,11 +195,11 @@ def test_a_run_under_auto_reads_cached_parts_and_measures_only_when_asked(monkey
     in_a_run = prepare_job(resolve_job(compose_config(overrides), CONF_DIR), probe_when_auto=False)
     assert started == []
     assert in_a_run.hardware.time_source == "efficiency"
-    assert runner.NOT_ASKED_TO_MEASURE in in_a_run.hardware.time_calibration_error
+    assert runner.NOT_ASKED_TO_MEASURE in in_a_run.measured.time_calibration_error
 
     asked = compose_config([*overrides, "hardware.time_source=measured"])
     measured = prepare_job(resolve_job(asked, CONF_DIR), probe_when_auto=False)
-    assert len(started) == 1 and measured.hardware.micro_batch_gemm_s == 0.125
+    assert len(started) == 1 and measured.measured.micro_batch_gemm_s == 0.125
 
     # the probe process caches what it measured (here: as it would, by hand)
     threads = rank_threads(detect.num_cpu_cores(), 2)
@@ -209,4 +209,4 @@ def test_a_run_under_auto_reads_cached_parts_and_measures_only_when_asked(monkey
     again = prepare_job(resolve_job(compose_config(overrides), CONF_DIR), probe_when_auto=False)
     assert len(started) == 1  # the cached parts serve the next run under auto
     assert again.hardware.time_source == "measured"
-    assert again.hardware.time_calibration_error is None
+    assert again.measured.time_calibration_error is None

@@ -25,7 +25,7 @@ for run in ("h200", "h100_a", "h100_b"):
     for job_dir in sorted((HERE / run / "jobs").glob("*zero3*")):
         job = Job.load(job_dir)
         measured = json.loads((job_dir / "outcome.json").read_text())["metrics"]["step_time_s_p50"]
-        hw = job.hardware
+        hw = job.measured
         job_terms.measured_compute_s = committed
         added = predict(job).step_time_s
         job_terms.measured_compute_s = engine_inside_the_max

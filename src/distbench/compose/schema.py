@@ -148,46 +148,26 @@ class HardwareConfig:
     internode_gbytes_per_s: float | None = None
     devices_per_node: int | None = None  # None: not fixed (CPU: one rank per core)
     price_usd_per_hour: float = 0.0
+    # The user's choices of figures; what they measure is attached to the Job before launch
+    # (Job.measured, probes/parts.py Measurements; distbench/prepare.py).
     # catalog: the figures above (CPU: the cpuinfo estimate); measured: a timed GEMM on this
-    # machine, cached (distbench.probes.calibrate; attached by distbench/prepare.py).
+    # machine, cached (distbench.probes.calibrate), replaces peak_tflops_<dtype>; a failed
+    # calibration sets it back to catalog.
     peak_source: str = "catalog"
-    # The device hardware=auto found (compose/hardware.py); the catalog peaks a measured peak
-    # replaced and why a calibration failed (distbench/prepare.py).
+    # The device hardware=auto found (compose/hardware.py).
     detected: str | None = None
-    catalog_peak_tflops_fp32: float | None = None
-    catalog_peak_tflops_bf16: float | None = None
-    catalog_peak_tflops_fp16: float | None = None
-    peak_calibration_error: str | None = None
     # catalog: the link figures above; measured: the α-β fits of the collectives runs of this
-    # hardware in the run's own MLflow store (figures/links.py), filled in before launch into
-    # the measured_* fields (each tier's bus bandwidth) and link_latency_us (the intra-node α),
-    # which predictions prefer. Prediction inputs only: not part of the run's signature.
+    # hardware in the run's own MLflow store (figures/links.py), which predictions prefer.
+    # Prediction input only: not part of the run's signature.
     link_source: str = "catalog"
-    measured_interconnect_gbps: float | None = None
-    measured_internode_gbytes_per_s: float | None = None
-    link_latency_us: float | None = None
-    link_calibration_error: str | None = None
     # efficiency: compute = model FLOPs / (peak x an efficiency constant); measured: a
     # micro-batch's GEMMs and fused attention timed at the model's shapes, its other kernels at
-    # the measured memory bandwidth and its host time per kernel (probes/step_parts.py), filled
-    # in before launch into the fields below; auto (the default): measured for a training job
-    # whose hardware is this machine's device, else efficiency, unless $DISTBENCH_TIME_SOURCE
-    # names one (workloads/train/prepare.py, resolve_time_source). Prediction inputs only: not
-    # part of the run's signature.
+    # the measured memory bandwidth and its host time per kernel (probes/step_parts.py); auto
+    # (the default): measured for a training job whose hardware is this machine's device, else
+    # efficiency, unless $DISTBENCH_TIME_SOURCE names one (workloads/train/prepare.py,
+    # resolve_time_source). After prepare it holds the source resolved. Prediction input only:
+    # not part of the run's signature.
     time_source: str = "auto"
-    micro_batch_gemm_s: float | None = None
-    micro_batch_attention_s: float | None = None
-    micro_batch_other_s: float | None = None
-    micro_batch_host_s: float | None = None
-    kernels_per_micro_batch: int | None = None
-    host_us_per_kernel: float | None = None
-    kernel_floor_us: float | None = None
-    measured_mem_bandwidth_gbps: float | None = None
-    # DeepSpeed ZeRO-3's host work beyond the traced model (workloads/train/engine_probe.py): per
-    # micro-batch (its fetch / release hooks) and its optimizer step at one rank, full depth
-    micro_batch_engine_host_s: float | None = None
-    engine_step_s: float | None = None
-    time_calibration_error: str | None = None
 
 
 @dataclass

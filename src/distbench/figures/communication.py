@@ -209,6 +209,7 @@ class Links:
 
 def resolve_links(
     hardware: Any,
+    measured: Any,
     layout: Layout,
     ranks_per_node: int,
     device: str,
@@ -217,23 +218,23 @@ def resolve_links(
     latency_s: float | None = None,
 ) -> Links:
     """Each group's link: the flag (`bandwidth_gbps`, `latency_s`) first, then with
-    hardware.link_source=measured the store's fits (measured_interconnect_gbps,
-    measured_internode_gbytes_per_s, link_latency_us), then the catalog, then the CPU default
-    (DEFAULT_CPU_INTERCONNECT_GBPS, DEFAULT_LATENCY_S). A group that spans nodes runs on the
-    inter-node link when one is known."""
-    measured = hardware.link_source == "measured"
+    hardware.link_source=measured the store's fits (`measured`, probes/parts.py Measurements:
+    measured_interconnect_gbps, measured_internode_gbytes_per_s, link_latency_us), then the
+    catalog, then the CPU default (DEFAULT_CPU_INTERCONNECT_GBPS, DEFAULT_LATENCY_S). A group
+    that spans nodes runs on the inter-node link when one is known."""
+    fitted = hardware.link_source == "measured"
     bw = (
         bandwidth_gbps
-        or (measured and hardware.measured_interconnect_gbps)
+        or (fitted and measured.measured_interconnect_gbps)
         or hardware.interconnect_gbps
         or DEFAULT_CPU_INTERCONNECT_GBPS
     )
     internode = (
-        measured and hardware.measured_internode_gbytes_per_s
+        fitted and measured.measured_internode_gbytes_per_s
     ) or hardware_internode_gbytes_per_s(hardware)
     alpha = latency_s
     if alpha is None:
-        measured_us = hardware.link_latency_us if measured else None
+        measured_us = measured.link_latency_us if fitted else None
         alpha = measured_us * 1e-6 if measured_us is not None else default_latency_s(device)
     spans = {g: group_spans_nodes(g, layout, ranks_per_node) for g in GROUPS}
     link = {g: float(internode if spans[g] and internode else bw) for g in spans}

@@ -177,6 +177,7 @@ def job_links(
     """`resolve_links` for the job's hardware, layout and nodes."""
     return resolve_links(
         job.hardware,
+        job.measured,
         shard.layout,
         job.topology.ranks_per_node,
         job.device,
@@ -203,9 +204,9 @@ def compute_s(job: Job, shard: Shard, flops_per_token: float, efficiency: float)
     probed host work per micro-batch) when hardware.time_source=measured, else the
     efficiency model's (`efficiency_compute_s`)."""
     hardware, batch, layout = job.hardware, job.batch, shard.layout
-    parts = measured_parts_s(hardware)
+    parts = measured_parts_s(hardware, job.measured)
     if parts:
-        engine_host = hardware.micro_batch_engine_host_s or 0.0
+        engine_host = job.measured.micro_batch_engine_host_s or 0.0
         return measured_compute_s(
             job.device, *parts, layout.tp, layout.pp, batch.grad_accum_steps, engine_host
         )
@@ -229,10 +230,10 @@ def optimizer_s(job: Job, shard: Shard) -> float:
     hardware.time_source=measured."""
     hardware, layout, dtype = job.hardware, shard.layout, job.dtype
     mixed = is_mixed(dtype, job_precision(job))
-    measured = measured_parts_s(hardware) is not None
+    measured = measured_parts_s(hardware, job.measured) is not None
     mem_bandwidth = hardware.mem_bandwidth_gbps
     if measured:
-        mem_bandwidth = hardware.measured_mem_bandwidth_gbps or mem_bandwidth
+        mem_bandwidth = job.measured.measured_mem_bandwidth_gbps or mem_bandwidth
     return optimizer_term_s(
         offloaded=job.strategy.offload_optimizer != "none" and job.device != "cpu",
         update_params=shard.params if layout.zero_stage == 0 else shard.params / layout.dp,
@@ -240,7 +241,7 @@ def optimizer_s(job: Job, shard: Shard) -> float:
         state_bytes=4 if mixed or dtype == "fp32" else BYTES_PER_DTYPE[dtype],
         bf16_copy=mixed and job.engine == "deepspeed",
         mem_bandwidth_gbps=mem_bandwidth,
-        engine_step_s=hardware.engine_step_s if measured else None,
+        engine_step_s=job.measured.engine_step_s if measured else None,
     )
 
 

@@ -64,9 +64,10 @@ def link_fits(runs: Iterable[Any], op: str = FIT_COLLECTIVE) -> dict[str, LinkFi
 
 
 def link_fit_fields(fits: dict[str, LinkFit]) -> dict[str, Any]:
-    """The hardware fields (compose/schema.py HardwareConfig) that carry the fits into a
-    prediction: `link_source=measured`, each tier's bus bandwidth and the intra-node α."""
-    fields: dict[str, Any] = {"link_source": "measured"}
+    """The fields of a job's measurements (probes/parts.py Measurements) that carry the fits
+    into a prediction under hardware.link_source=measured: each tier's bus bandwidth and the
+    intra-node α."""
+    fields: dict[str, Any] = {}
     if "intra" in fits:
         fields["measured_interconnect_gbps"] = fits["intra"].busbw_gbps
         fields["link_latency_us"] = fits["intra"].alpha_s * 1e6

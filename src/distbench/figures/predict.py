@@ -133,7 +133,9 @@ def assumptions_of(
         "recompute": recompute,
         "precision": precision_tag(job.dtype, job_precision(job)),
         "host_mem_bytes_per_node": host_per_node,
-        "time_source": "efficiency" if measured_parts_s(job.hardware) is None else "measured",
+        "time_source": (
+            "efficiency" if measured_parts_s(job.hardware, job.measured) is None else "measured"
+        ),
     }
 
 
@@ -168,7 +170,7 @@ def predict(
     assumptions = assumptions_of(job, links, eff, recompute, host_mem_bytes_per_node(job, shard))
     time_s: dict[str, float] = {}
     step = tokens_s = cost = None
-    if getattr(hardware, f"peak_tflops_{job.dtype}") or measured_parts_s(hardware):
+    if getattr(hardware, f"peak_tflops_{job.dtype}") or measured_parts_s(hardware, job.measured):
         collectives = job_collectives(job, shard)
         time_s, assumptions["comm_hidden_s"] = step_time_terms(
             job, shard, comm, collectives, links, flops, eff, offload_s

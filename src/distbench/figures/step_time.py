@@ -58,18 +58,19 @@ def efficiency_compute_s(
     return device_flops / (float(peak_tflops) * 1e12 * efficiency)
 
 
-def measured_parts_s(hardware: Any) -> tuple[float, float] | None:
-    """(device seconds, host seconds) of one micro-batch from hardware.time_source=measured's
-    parts, or None when the compute term is the efficiency model's. Attention is 0 in records
-    made before it was timed apart (then inside the other kernels)."""
-    if hardware.time_source != "measured" or hardware.micro_batch_gemm_s is None:
+def measured_parts_s(hardware: Any, measured: Any) -> tuple[float, float] | None:
+    """(device seconds, host seconds) of one micro-batch from the job's measured parts
+    (`measured`, probes/parts.py Measurements) under hardware.time_source=measured, or None
+    when the compute term is the efficiency model's. Attention is 0 in records made before it
+    was timed apart (then inside the other kernels)."""
+    if hardware.time_source != "measured" or measured.micro_batch_gemm_s is None:
         return None
     device_s = (
-        hardware.micro_batch_gemm_s
-        + (hardware.micro_batch_attention_s or 0.0)
-        + hardware.micro_batch_other_s
+        measured.micro_batch_gemm_s
+        + (measured.micro_batch_attention_s or 0.0)
+        + measured.micro_batch_other_s
     )
-    return device_s, hardware.micro_batch_host_s
+    return device_s, measured.micro_batch_host_s
 
 
 def measured_compute_s(

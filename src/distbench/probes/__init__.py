@@ -11,7 +11,7 @@ what it measured per machine and shape.
     trace.py       a micro-batch's operations, traced on the meta device
     timing.py      the device's rates: GEMMs, attention, bandwidth, kernel floor, host time
     step_parts.py  a micro-batch's measured parts (MeasuredParts), cached
-    parts.py       MeasuredParts: what the step-time probes return
+    parts.py       MeasuredParts: what the step-time probes return; Measurements: Job.measured
 
 A workload's probes that need its own engine live in its folder (train's ZeRO-3 engine probe:
 workloads/train/engine_probe.py); distbench/prepare.py and the workload's prepare hook attach

@@ -1,8 +1,10 @@
-"""What the step-time probes return, typed: `MeasuredParts`, one micro-batch's measured parts
+"""What the probes return, typed: `MeasuredParts`, one micro-batch's measured parts
 (probes/step_parts.py) and, where an engine was probed, the host work it adds
-(workloads/train/engine_probe.py). Its fields are HardwareConfig's of the same names: a
-workload's prepare hook attaches them to the job (`hardware_fields()`), and the signature
-leaves them out (prediction inputs only).
+(workloads/train/engine_probe.py); and `Measurements`, everything measured on this machine that
+distbench/prepare.py attaches to a Job before launch (`Job.measured`: the step parts, the
+store's link fits, the catalog peak a measured one replaced, why a calibration failed). They are
+prediction inputs only: resolved.yaml and the params carry them under `measured`, the
+signature leaves them out (tracking/signature.py).
 
     python -c "from distbench.probes.parts import STEP_PARTS_FIELDS; print(STEP_PARTS_FIELDS)"
 """
@@ -47,8 +49,8 @@ class MeasuredParts:
             self, micro_batch_engine_host_s=engine_host_s, engine_step_s=engine_step_s
         )
 
-    def hardware_fields(self) -> dict[str, Any]:
-        """HardwareConfig's fields these parts fill (the engine's only when probed)."""
+    def measured_fields(self) -> dict[str, Any]:
+        """Measurements' fields these parts fill (the engine's only when probed)."""
         fields = dataclasses.asdict(self)
         return {k: v for k, v in fields.items() if k in STEP_PARTS_FIELDS or v is not None}
 
@@ -66,3 +68,43 @@ def is_step_parts(entry: Any) -> bool:
         isinstance(entry.get(name), Real) and not isinstance(entry.get(name), bool)
         for name in STEP_PARTS_FIELDS
     )
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What was measured on this machine for one job (None: not measured). The compute term
+    reads the parts under hardware.time_source=measured, the links under
+    hardware.link_source=measured (figures/step_time.py, figures/communication.py)."""
+
+    # peak_source=measured: the catalog peaks the measured one replaced (in hardware's
+    # peak_tflops_<dtype>), or why the calibration failed (then peak_source=catalog)
+    catalog_peak_tflops_fp32: float | None = None
+    catalog_peak_tflops_bf16: float | None = None
+    catalog_peak_tflops_fp16: float | None = None
+    peak_calibration_error: str | None = None
+    # link_source=measured: the α-β fits of this hardware's collectives runs in the run's own
+    # MLflow store (figures/links.py): each tier's bus bandwidth, the intra-node α
+    measured_interconnect_gbps: float | None = None
+    measured_internode_gbytes_per_s: float | None = None
+    link_latency_us: float | None = None
+    link_calibration_error: str | None = None
+    # time_source=measured: MeasuredParts' fields (a workload's prepare hook fills them)
+    micro_batch_gemm_s: float | None = None
+    micro_batch_attention_s: float | None = None
+    micro_batch_other_s: float | None = None
+    micro_batch_host_s: float | None = None
+    kernels_per_micro_batch: int | None = None
+    host_us_per_kernel: float | None = None
+    kernel_floor_us: float | None = None
+    measured_mem_bandwidth_gbps: float | None = None
+    micro_batch_engine_host_s: float | None = None
+    engine_step_s: float | None = None
+    time_calibration_error: str | None = None
+
+    def replace(self, **changes: Any) -> Measurements:
+        return dataclasses.replace(self, **changes)
+
+
+# Every field of Measurements: what a resolved.yaml written before `measured` held under
+# `hardware` (Job.from_tree moves them over).
+MEASUREMENT_FIELDS = tuple(f.name for f in dataclasses.fields(Measurements))

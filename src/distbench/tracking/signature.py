@@ -20,11 +20,20 @@ SIGNATURE_TAG = "distbench.signature"
 RESUMED_INTO_TAG_PREFIX = "distbench.resumed_into."
 # Where results go, how long to wait, whether to resume, which metric a sweeper searches on
 # (`objective`): none of it changes what is measured.
-EXCLUDED_KEYS = ("tracking", "limits", "resume", "retry_failed", "hydra", "objective")
+# `measured` (Job.measured) is left out as a node, less MEASURED_PEAK_KEYS.
+EXCLUDED_KEYS = (
+    "tracking",
+    "limits",
+    "resume",
+    "retry_failed",
+    "hydra",
+    "objective",
+    "measured",
+)
 
 
-# Hardware figures that only feed the predictions (the measured links, the memory bandwidth,
-# the measured step parts):
+# Hardware figures that only feed the predictions (the memory bandwidth, the time and link
+# sources; and in a tree recorded before Job.measured, the measured links and step parts):
 # a run measures the same thing whatever they hold, so a run with measured links pairs with
 # one without (compare, resume).
 EXCLUDED_HARDWARE_KEYS = (
@@ -38,6 +47,16 @@ EXCLUDED_HARDWARE_KEYS = (
     *STEP_PARTS_FIELDS,
     *ENGINE_PARTS_FIELDS,
     "time_calibration_error",
+)
+
+# The measured peak's notes, hashed as part of `hardware` as they were when HardwareConfig held
+# them (a measured peak replaces hardware's peak_tflops_<dtype>, which is hashed too): a run's
+# signature stays what it was.
+MEASURED_PEAK_KEYS = (
+    "catalog_peak_tflops_fp32",
+    "catalog_peak_tflops_bf16",
+    "catalog_peak_tflops_fp16",
+    "peak_calibration_error",
 )
 
 
@@ -56,12 +75,16 @@ SHARED_SCHEMA_STRATEGY_FIELDS = {
 
 def run_signature(config_tree: dict[str, Any]) -> str:
     """16 hex digits of the SHA-256 of the config (minus EXCLUDED_KEYS and
-    EXCLUDED_HARDWARE_KEYS) as canonical JSON."""
+    EXCLUDED_HARDWARE_KEYS, plus the measured node's MEASURED_PEAK_KEYS under `hardware`) as
+    canonical JSON."""
     kept = {k: v for k, v in config_tree.items() if k not in EXCLUDED_KEYS}
     if isinstance(kept.get("strategy"), dict):
         kept["strategy"] = {**SHARED_SCHEMA_STRATEGY_FIELDS, **kept["strategy"]}
     if isinstance(kept.get("hardware"), dict):
         hardware = kept["hardware"]
+        measured = config_tree.get("measured")
+        if isinstance(measured, dict):
+            hardware = {**hardware, **{k: measured.get(k) for k in MEASURED_PEAK_KEYS}}
         kept["hardware"] = {k: v for k, v in hardware.items() if k not in EXCLUDED_HARDWARE_KEYS}
     canonical = json.dumps(kept, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -13,14 +13,16 @@ from distbench.compose.composer import project_dir
 from distbench.compose.schema import HardwareConfig
 from distbench.figures.metrics import GIB
 from distbench.figures.recommend import PREFERENCE
+from distbench.probes.parts import Measurements
 
 __all__ = ["project_dir"]  # where conf/ is: compose/composer.py, kept importable from here
 
 # A model this large planned with the CPU-sized default batch says nothing about its training.
 LARGE_MODEL_PARAMS = 1e9
 
-# HardwareConfig fields that resolving the figures fills in only when it has something to say
-# (hardware=auto's device, a measured peak's catalog figures, a failed calibration).
+# Fields of the plan's hardware JSON (HardwareConfig's, then Measurements') that resolving the
+# figures fills in only when it has something to say (hardware=auto's device, a measured peak's
+# catalog figures, a failed calibration).
 RESOLUTION_NOTES = (
     "detected",
     "catalog_peak_tflops_fp32",
@@ -95,12 +97,16 @@ def batch_warnings(job: Any, overrides: list[str]) -> list[str]:
     ]
 
 
-def hardware_dict(hardware: HardwareConfig | None) -> dict[str, Any]:
-    """The plan's hardware as JSON: every figure, and the resolution notes that are set."""
+def hardware_dict(
+    hardware: HardwareConfig | None, measured: Measurements | None = None
+) -> dict[str, Any]:
+    """The plan's hardware as JSON: every figure and measurement (`measured`, one object as
+    before Job.measured held them apart), and the resolution notes that are set."""
     if hardware is None:
         return {}
+    figures = {**dataclasses.asdict(hardware), **dataclasses.asdict(measured or Measurements())}
     return {
         key: value
-        for key, value in dataclasses.asdict(hardware).items()
+        for key, value in figures.items()
         if value is not None or key not in RESOLUTION_NOTES
     }

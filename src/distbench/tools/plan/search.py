@@ -138,7 +138,7 @@ def resolve_layout(
 
     job = prepare_job(resolve_job(candidate, conf_dir), probe=False)
     fits = predict(job, efficiency=efficiency, recompute=recompute).fits
-    if fits is not False and left_unmeasured(job.hardware):
+    if fits is not False and left_unmeasured(job.measured):
         job = prepare_job(resolve_job(candidate, conf_dir))
     return job
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from distbench.compose.schema import HardwareConfig
 from distbench.figures.links import LinkFit, efficiency_source, link_source
+from distbench.probes.parts import Measurements
 
 MEASURED_PARTS_SOURCE = (
     "the micro-batch's measured parts: GEMMs at the model's shapes, other kernels at the "
@@ -20,15 +21,17 @@ NO_INTER_NODE_LINK = "none known (groups across nodes use the intra-node link)"
 
 def figure_sources(
     hardware: HardwareConfig | None,
+    measured: Measurements | None,
     fits: dict[str, LinkFit],
     efficiency: float | None,
     bandwidth_gbps: float | None,
     latency_s: float | None,
 ) -> dict[str, str]:
     """Where the step time's figures came from (figures/links.py): compute rate, links within
-    and between nodes, per-collective latency."""
+    and between nodes, per-collective latency; `measured`: the job's measurements."""
     if hardware is None:
         return {}
+    measured = measured or Measurements()
     from distbench.figures.communication import default_latency_s
 
     intra, inter = fits.get("intra"), fits.get("inter")
@@ -37,17 +40,17 @@ def figure_sources(
         intra,
         bandwidth_gbps,
         hardware.interconnect_gbps,
-        hardware.measured_interconnect_gbps,
+        measured.measured_interconnect_gbps,
         "DEFAULT_CPU_INTERCONNECT_GBPS",
     )
     inter_node = NO_INTER_NODE_LINK
-    if inter or hardware.internode_gbytes_per_s or hardware.measured_internode_gbytes_per_s:
+    if inter or hardware.internode_gbytes_per_s or measured.measured_internode_gbytes_per_s:
         inter_node = _source(
             hardware,
             inter,
             None,
             hardware.internode_gbytes_per_s,
-            hardware.measured_internode_gbytes_per_s,
+            measured.measured_internode_gbytes_per_s,
             "",
         )
     default_us = default_latency_s(hardware.device) * 1e6
@@ -56,22 +59,24 @@ def figure_sources(
         intra,
         latency_s,
         None,
-        hardware.link_latency_us,
+        measured.link_latency_us,
         f"DEFAULT_LATENCY_S[{hardware.device}] = {default_us:g} µs",
     )
     return {
-        "compute": compute_source(hardware, efficiency),
+        "compute": compute_source(hardware, measured, efficiency),
         "intra_node_link": intra_node,
         "inter_node_link": inter_node,
         "latency": latency,
     }
 
 
-def compute_source(hardware: HardwareConfig, efficiency: float | None) -> str:
-    """The measured parts where the hardware carries them, else the efficiency model's peak."""
+def compute_source(
+    hardware: HardwareConfig, measured: Measurements, efficiency: float | None
+) -> str:
+    """The measured parts where the job carries them, else the efficiency model's peak."""
     from distbench.figures.step_time import measured_parts_s
 
-    if measured_parts_s(hardware) is not None:
+    if measured_parts_s(hardware, measured) is not None:
         return MEASURED_PARTS_SOURCE
     return efficiency_source(efficiency, hardware.peak_source)
 
@@ -85,7 +90,7 @@ def _source(
     constant: str,
 ) -> str:
     """link_source, or the store's fit where link_source=measured filled `measured` (the fits
-    resolved into the hardware's fields)."""
+    resolved into the job's measurements)."""
     resolved = hardware.link_source == "measured"
     if resolved and measured is not None and fit is None and override is None:
         return "the store's collectives α-β fit (hardware.link_source=measured)"

@@ -18,6 +18,7 @@ from distbench.figures.pred_error import ErrorBar, calibrated_prediction
 from distbench.figures.predict import Prediction, predict
 from distbench.figures.recommend import recommend
 from distbench.prepare import prepare_job
+from distbench.probes.parts import Measurements
 from distbench.tools.plan.inputs import (
     batch_warnings,
     efficiency_model,
@@ -53,7 +54,9 @@ class _Shape:
     hardware=auto is detected once)."""
 
     hardware: HardwareConfig
+    measured: Measurements  # the first job's, with plan_measured
     plan_fields: dict[str, Any]  # what the plan sets on every row's own hardware
+    plan_measured: dict[str, Any]  # and on its measurements (the store's link fits)
     dtype: str
     tracking: Any
     fits: dict[str, LinkFit]
@@ -104,9 +107,10 @@ def make_plan(
             rows.keys[name] = run_key_tags(job)
             rows.time_sources[name] = job.hardware.time_source
             hardware = dataclasses.replace(job.hardware, **rows.shape.plan_fields)
+            measured = job.measured.replace(**rows.shape.plan_measured)
             rows.predictions.append(
                 predict(
-                    job.replace(hardware=hardware),
+                    job.replace(hardware=hardware, measured=measured),
                     efficiency=efficiency,
                     bandwidth_gbps=bandwidth_gbps,
                     latency_s=latency_s,
@@ -115,6 +119,7 @@ def make_plan(
             )
     sources = figure_sources(
         rows.shape and rows.shape.hardware,
+        rows.shape and rows.shape.measured,
         rows.shape.fits if rows.shape else {},
         efficiency,
         bandwidth_gbps,
@@ -158,6 +163,7 @@ def _plan_shape(job: Any, cfg: Any, overrides: list[str], measured_links: bool) 
     """The plan's hardware (a CPU's memory shared by the host's ranks; the store's links with
     `measured_links`), precision, store, warnings and title, from its first job."""
     plan_fields: dict[str, Any] = {}
+    plan_measured: dict[str, Any] = {}
     if job.hardware.device == "cpu" and job.hardware.mem_gib is None:
         host = host_mem_gib()  # ranks on one host share its memory
         nproc = job.topology.ranks_per_node
@@ -166,7 +172,9 @@ def _plan_shape(job: Any, cfg: Any, overrides: list[str], measured_links: bool) 
     link_note = ""
     if measured_links:  # the same fields hardware.link_source=measured fills
         fits, link_note = stored_link_fits(cfg.tracking, job.hardware.name)
-        plan_fields.update(link_fit_fields(fits) if fits else {})
+        if fits:
+            plan_fields["link_source"] = "measured"
+            plan_measured = link_fit_fields(fits)
     # the rows' time fields are their own (each strategy's measured parts)
     hardware = dataclasses.replace(job.hardware, **plan_fields)
     batch = job.batch
@@ -179,7 +187,9 @@ def _plan_shape(job: Any, cfg: Any, overrides: list[str], measured_links: bool) 
     )
     return _Shape(
         hardware=hardware,
+        measured=job.measured.replace(**plan_measured),
         plan_fields=plan_fields,
+        plan_measured=plan_measured,
         dtype=job.dtype,
         tracking=cfg.tracking,
         fits=fits,
@@ -217,7 +227,7 @@ def _recommended(rows: _Rows, sources: dict[str, str], *, history: bool, calibra
         refused=rows.refused,
         recommendation=best,
         reason=reason,
-        hardware=hardware_dict(shape and shape.hardware),
+        hardware=hardware_dict(shape and shape.hardware, shape and shape.measured),
         title=shape.title if shape else "distbench plan",
         dtype=shape.dtype if shape else "fp32",
         extra={

@@ -1,5 +1,6 @@
 """Train's prepare hook (WorkloadSpec.prepare): before launch, and in `plan`, what a training
-job measures on this machine to predict its step, attached to the job's hardware figures:
+job measures on this machine to predict its step, attached to the job (`job.measured`, its
+resolved source in `hardware.time_source`):
 
 1. the time source: `hardware.time_source=auto` (the default) is what $DISTBENCH_TIME_SOURCE
    names, else `measured` when the job's hardware is this machine's device (its parts can be
@@ -14,12 +15,11 @@ the efficiency model (or the step parts) and says why in `time_calibration_error
 
     python -c "from tests.conftest import compose_config, CONF_DIR; \\
 from distbench.job import resolve_job; from distbench.workloads.train.prepare import prepare; \\
-print(prepare(resolve_job(compose_config(['hardware=cpu']), CONF_DIR)).hardware)"
+print(prepare(resolve_job(compose_config(['hardware=cpu']), CONF_DIR)).measured)"
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import tempfile
@@ -70,7 +70,7 @@ def prepare(job: Job) -> Job:
     the cache, else the efficiency model with the reason (runner.NOT_ASKED_TO_MEASURE)."""
     hw = job.hardware
     source = resolve_time_source(hw.time_source, hw.device, hw.name)
-    job = with_hardware(job, time_source=source)
+    job = job.with_hardware(time_source=source)
     if source != "measured":
         return job
     asked = (hw.time_source or "auto") != "auto" or env_time_source() is not None
@@ -78,15 +78,11 @@ def prepare(job: Job) -> Job:
         return with_engine_parts(with_step_parts(job))
     with runner.cache_only():
         prepared = with_engine_parts(with_step_parts(job))
-    why = prepared.hardware.time_calibration_error or ""
+    why = prepared.measured.time_calibration_error or ""
     if runner.NOT_MEASURED_HERE in why:
         why = why.replace(runner.NOT_MEASURED_HERE, runner.NOT_ASKED_TO_MEASURE)
-        prepared = with_hardware(prepared, time_calibration_error=why)
+        prepared = prepared.with_measured(time_calibration_error=why)
     return prepared
-
-
-def with_hardware(job: Job, **changes: Any) -> Job:
-    return job.replace(hardware=dataclasses.replace(job.hardware, **changes))
 
 
 def _where(job: Job) -> tuple[str, str, int]:
@@ -122,8 +118,10 @@ def with_step_parts(job: Job, timeout_s: float = 600.0) -> Job:
     except (NotMeasured, ProbeFailed) as exc:
         if isinstance(exc, ProbeFailed):
             _say_once(exc, "step-time calibration failed, using the efficiency model")
-        return with_hardware(job, time_source="efficiency", time_calibration_error=str(exc))
-    return with_hardware(job, time_source="measured", **parts.hardware_fields())
+        return job.with_hardware(time_source="efficiency").with_measured(
+            time_calibration_error=str(exc)
+        )
+    return job.with_hardware(time_source="measured").with_measured(**parts.measured_fields())
 
 
 # cache key -> why its engine probe failed (runner.once): not retried for each layout
@@ -148,8 +146,8 @@ def with_engine_parts(job: Job, timeout_s: float = 600.0) -> Job:
     except (NotMeasured, ProbeFailed) as exc:
         if isinstance(exc, ProbeFailed):
             _say_once(exc, "the engine probe failed, ZeRO-3's host work is not predicted")
-        return with_hardware(job, time_calibration_error=f"engine probe: {exc}")
-    return with_hardware(job, **engine_probe.engine_parts(figures, job.model.num_layers))
+        return job.with_measured(time_calibration_error=f"engine probe: {exc}")
+    return job.with_measured(**engine_probe.engine_parts(figures, job.model.num_layers))
 
 
 def _probed_engine(
