@@ -16,10 +16,10 @@ from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
 
 pytestmark = pytest.mark.distributed
 
-# One step of 64-token rows (bf16 runs slowly on CPUs): what is compared is the recipe and the
-# first-step loss, computed before any update.
+# One step of one micro-batch of 64-token rows (bf16 runs slowly on CPUs): what is compared is
+# the recipe and the first-step loss, computed before any update.
 FAST = ["tracking=none", "workload.num_warmup_steps=0", "workload.num_steps=1", "world_size=2"]
-FAST += ["batch.seq_len=64"]
+FAST += ["batch.seq_len=64", "batch.grad_accum_steps=1"]
 BF16 = ["workload.dtype=bf16"]
 
 

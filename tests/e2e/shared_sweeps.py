@@ -4,7 +4,8 @@ client) and is shared through the session fixtures of tests/conftest.py:
 
 - `readme_sweep`: the README's sweep, `strategy=dp,tp,zero3 world_size=2,4` (6 jobs; system
   metrics every second, the peak FLOP/s measured on this machine into the sweep's cache). The
-  README, live-run, report, calibration, browser, compare and resume tests read it.
+  README, live-run, step-line, report, calibration, browser, compare and resume tests read it,
+  and the strategy tests its dp, tp and zero3 jobs.
 - `grid_sweep`: every other training strategy at world_size=2 (10 jobs: `single` runs on one
   rank as the baseline row; the torch engine's ddp, fsdp, torch_tp, torch_pp; DeepSpeed's
   zero1, zero2, both offloads and pp). With the README sweep's rows, each strategy runs once,
@@ -15,14 +16,14 @@ client) and is shared through the session fixtures of tests/conftest.py:
 A test that writes to a store (resume, compare, another sweep) works on `copy_store()`, so what
 the others read does not depend on the order tests run in.
 
+    def test_something(readme_sweep):
+        outcome = readme_sweep.outcome("zero3", 4)        # the job's outcome.json
+
 While working on the tests, DISTBENCH_TEST_SWEEPS_DIR=<dir> keeps the sweeps there and reuses
 them in later sessions (a sweep reruns when its arguments change; delete the dir after changing
 the code they run):
 
     DISTBENCH_TEST_SWEEPS_DIR=/tmp/sweeps pytest tests/e2e/test_report.py
-
-    def test_something(readme_sweep):
-        outcome = readme_sweep.outcome("zero3", 4)        # the job's outcome.json
 """
 
 from __future__ import annotations
