@@ -73,6 +73,32 @@ class Topology:
     tp_across_nodes: bool
 
 
+# The keys Job.tree() writes besides the optional nodes (model, strategy, batch, the workload's
+# options): any other root key of a resolved.yaml is an extra (+key=value).
+TREE_KEYS = frozenset(
+    {
+        "workload",
+        "workload_module",
+        "world_size",
+        "layout",
+        "zero_stage",
+        "num_nodes",
+        "ranks_per_node",
+        "rank_launcher",
+        "tp_across_nodes",
+        "hardware",
+        "measured",
+        "tracking",
+        "limits",
+        "fault",
+        "resume",
+        "retry_failed",
+        "zero_optimization",
+        "world_size_requested",
+    }
+)
+
+
 @dataclass(frozen=True)
 class Job:
     """Everything one job runs with, typed. `options` is the active workload's own node (e.g.
@@ -201,28 +227,7 @@ class Job:
         if tree.get("strategy"):  # the other engine's unused fields of an older resolved.yaml
             tree["strategy"] = own_strategy_fields(optional["strategy"], tree["strategy"])
         kwargs = {key: _typed(kind, tree[key]) for key, kind in optional.items() if key in tree}
-        known = {
-            "workload",
-            "workload_module",
-            "world_size",
-            "layout",
-            "zero_stage",
-            "num_nodes",
-            "ranks_per_node",
-            "rank_launcher",
-            "tp_across_nodes",
-            "hardware",
-            "measured",
-            "tracking",
-            "limits",
-            "fault",
-            "resume",
-            "retry_failed",
-            "zero_optimization",
-            "world_size_requested",
-            options_key,
-            *optional,
-        }
+        known = {*TREE_KEYS, options_key, *optional}
         return cls(
             workload=_typed(spec.schema, tree["workload"]),
             workload_module=tree["workload_module"],
