@@ -1,5 +1,6 @@
-"""Prediction error bars through real runs: run.py twice into a sqlite store, the second run
-logs the first one's error as its prior, and `distbench plan` shows the error bar of both.
+"""Prediction error bars through real runs: the shared grid sweep's `single` job is the first
+run of its key (in a copy of its store), a run.py job of the same key with another signature
+logs that run's error as its prior, and `distbench plan` shows the error bar of both.
 
 pytest tests/e2e/test_pred_priors.py -m e2e
 """
@@ -21,12 +22,16 @@ pytestmark = pytest.mark.e2e
 JOB = ["strategy=single", "world_size=1", "hardware=cpu", *FEW_STEPS]
 
 
-def test_each_run_logs_the_prior_error_and_the_plan_shows_the_bar(tmp_path):
-    for num_steps in (2, 3):  # two signatures of one (model, strategy, hardware, precision)
-        proc = run_py([*JOB, f"workload.num_steps={num_steps}"], tmp_path, timeout_s=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = runs_of(tmp_path).sort_values("start_time")
-    first, second = runs.iloc[0], runs.iloc[1]
+def test_each_run_logs_the_prior_error_and_the_plan_shows_the_bar(grid_sweep, tmp_path):
+    grid_sweep.copy_store(tmp_path)  # run_py's store: the grid's runs, `single` among them
+    # another signature of the same (model, strategy, hardware, precision): 3 timed steps
+    proc = run_py([*JOB, "workload.num_steps=3"], tmp_path, timeout_s=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = runs_of(tmp_path).set_index("run_id")
+    first = runs.loc[grid_sweep.outcome("single", 1)["run_id"]]
+    grid = {grid_sweep.parent_run_id, *grid_sweep.child_run_ids}
+    (second,) = [row for run_id, row in runs.iterrows() if run_id not in grid]
+    assert first["tags.hardware"] == second["tags.hardware"] == "cpu"
     assert pd.isna(first["metrics.time_pred_rel_err_prior"])  # no run before the first
     assert second["metrics.time_pred_rel_err_prior"] == pytest.approx(
         first["metrics.time_pred_rel_err"]
