@@ -96,3 +96,7 @@ COMMON_METRICS = (
     INIT_MEM,
     HOST_PEAK_RSS,
 )
+
+
+# What every job that builds a model logs after its own timing metrics, in table order.
+MODEL_RUN_METRICS = (THROUGHPUT, TFLOPS_TOTAL, TFLOPS_PER_DEVICE, MFU, PEAK_MEM, COST, INIT_MEM)
