@@ -55,7 +55,7 @@ def assert_one_line_or_ran(proc) -> None:
 
 
 @settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(overrides=OVERRIDES)
 def test_a_single_run_runs_or_refuses_in_one_line(tmp_path, overrides):
@@ -64,7 +64,7 @@ def test_a_single_run_runs_or_refuses_in_one_line(tmp_path, overrides):
 
 
 @settings(
-    max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(overrides=OVERRIDES)
 def test_inside_a_sweep_every_job_gets_an_outcome(tmp_path_factory, overrides):

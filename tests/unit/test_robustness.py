@@ -110,7 +110,7 @@ OVERRIDES = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     strategy=st.sampled_from(config_options("strategy")),
     model=st.sampled_from(config_options("model")),

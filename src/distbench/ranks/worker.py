@@ -10,6 +10,7 @@ to classify, then exits non-zero.
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
 import signal
 import socket
@@ -89,6 +90,19 @@ def main(argv: list[str] | None = None) -> None:
         }
         write_json_atomic(run_dir / f"error.rank{rank}.json", error)
         raise
+    stacks.close()
+    exit_now()
+
+
+def exit_now() -> None:
+    """End the rank at once: everything it owes is written (result.json atomically, the logs
+    flushed here), and the interpreter's own finalisation of torch, transformers and DeepSpeed
+    took 2-5 s per rank on a 2-core machine after the last step: time the job was charged for
+    and the next job waited on. Only after a clean end; a failing rank raises as before."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
