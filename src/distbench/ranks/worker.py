@@ -17,9 +17,13 @@ import socket
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from distbench.files import write_json_atomic
 from distbench.launch.lifeline import die_with_agent
+
+if TYPE_CHECKING:  # the rank imports the job (and torch) only once it runs
+    from distbench.job import Job
 
 # DISTBENCH_DEVICE_AUDIT=1: the workload runs with torch's default device set to meta, so
 # every tensor it makes must name its device (tests/distributed/test_device_audit.py).
@@ -32,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_agent()
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0])
-    from distbench.job import Job, rank_module
+    from distbench.job import Job
 
     job = Job.load(run_dir)
     device = job.device
@@ -43,44 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     stacks = (run_dir / f"stack.rank{rank}.txt").open("w")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     try:
-        import torch.distributed as dist
-
-        from distbench.ranks import dist as dist_utils
-
-        workload = rank_module(job)
-        dist_utils.init_process_group(device, job.engine)
-        dist_utils.heartbeat(run_dir, rank, -1)
-        if os.environ.get(DEVICE_AUDIT_ENV) == "1":
-            # A tensor made without naming its device lands on meta and fails loudly: on a CPU
-            # box this finds the host tensor that a GPU job would hand to nccl.
-            import torch
-
-            torch.set_default_device("meta")
-        figures = workload.run(job, run_dir)
-        if os.environ.get(DEVICE_AUDIT_ENV) == "1":
-            import torch
-
-            torch.set_default_device(None)
-        figures["hostname"] = socket.gethostname()
-        per_rank = dist_utils.gather_objects(figures)
-        host_rss = dist_utils.gather_objects(dist_utils.host_peak_rss_bytes())
-        if rank == 0:
-            result = {
-                "status": "ok",
-                "workload": job.workload.name,
-                "layout": job.layout.as_dict(),
-                "backend": dist.get_backend(),
-                "device": device,
-                "num_warmup_steps": job.workload.num_warmup_steps,
-                **workload.combine(per_rank),
-                "host_peak_rss_bytes": host_rss,  # per rank, every workload
-            }
-            write_json_atomic(run_dir / "result.json", result)
-        # Without this barrier a rank that tears down its gloo pairs while a peer still uses
-        # them aborts (seen with the pipeline engine: "terminate called without an active
-        # exception", SIGABRT).
-        dist.barrier()
-        dist.destroy_process_group()
+        _run(job, run_dir, rank)
     except BaseException as exc:
         error = {
             "rank": rank,
@@ -92,6 +59,51 @@ def main(argv: list[str] | None = None) -> None:
         raise
     stacks.close()
     exit_now()
+
+
+def _run(job: Job, run_dir: Path, rank: int) -> None:
+    """Join the process group, run the workload, and (rank 0) write every rank's figures."""
+    import torch.distributed as dist
+
+    from distbench.job import rank_module
+    from distbench.ranks import dist as dist_utils
+
+    device = job.device
+    workload = rank_module(job)
+    dist_utils.init_process_group(device, job.engine)
+    dist_utils.heartbeat(run_dir, rank, -1)
+    audit = os.environ.get(DEVICE_AUDIT_ENV) == "1"
+    if audit:
+        # A tensor made without naming its device lands on meta and fails loudly: on a CPU
+        # box this finds the host tensor that a GPU job would hand to nccl.
+        import torch
+
+        torch.set_default_device("meta")
+    figures = workload.run(job, run_dir)
+    if audit:
+        import torch
+
+        torch.set_default_device(None)
+    figures["hostname"] = socket.gethostname()
+    per_rank = dist_utils.gather_objects(figures)
+    host_rss = dist_utils.gather_objects(dist_utils.host_peak_rss_bytes())
+    if rank == 0:
+        result = {
+            "status": "ok",
+            "workload": job.workload.name,
+            "layout": job.layout.as_dict(),
+            "backend": dist.get_backend(),
+            "device": device,
+            "num_warmup_steps": job.workload.num_warmup_steps,
+            **workload.combine(per_rank),
+            "host_peak_rss_bytes": host_rss,  # per rank, every workload
+        }
+        write_json_atomic(run_dir / "result.json", result)
+    # Without this barrier a rank that tears down its gloo pairs while a peer still uses
+    # them aborts (seen with the pipeline engine: "terminate called without an active
+    # exception", SIGABRT).
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def exit_now() -> None:
