@@ -125,6 +125,7 @@ def main(cfg: DictConfig) -> float:
 
     from distbench.launch.progress import own_lines_to_log
     from distbench.orchestrator import JobCancelled, install_sigterm_handler, precheck, run_job
+    from distbench.orchestrator.signals import exit_code
     from distbench.tools.summary import print_summary
     from distbench.tracking.sweep import trial_budget
 
@@ -141,7 +142,7 @@ def main(cfg: DictConfig) -> float:
             outcome = run_job(cfg, job_dir, PROJECT_DIR / "conf", PROJECT_DIR)
     except (KeyboardInterrupt, JobCancelled) as exc:  # recorded as cancelled: stop, no traceback
         print(f"distbench: stopped ({str(exc) or 'Ctrl-C'}); the sweep's parent run is closed")
-        sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
+        sys.exit(exit_code(exc))  # 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     if single_run:
         print_summary([outcome], title=f"distbench run {job_dir}")
         if outcome["status"] == "FAILED":
@@ -151,10 +152,22 @@ def main(cfg: DictConfig) -> float:
     return objective_value(outcome, cfg.objective, warn=sampled)
 
 
+# Hydra's own modes that run no job: their arguments are Hydra's, not config overrides
+# (`-sc install=bash` installs shell completion, `-sc query=bash` answers it), so run.py's
+# up-front refusal of bad overrides lets them through.
+HYDRA_OWN_FLAGS = ("-sc", "--shell-completion", "-i", "--info", "--hydra-help")
+
+
+def hydra_own_mode(argv: list[str]) -> bool:
+    """Whether the command line asks Hydra for completion, --info or --hydra-help."""
+    return any(arg in HYDRA_OWN_FLAGS or arg.startswith("--info=") for arg in argv)
+
+
 if __name__ == "__main__":
     from distbench.compose.overrides import refuse_overrides
 
-    refused = refuse_overrides(sys.argv[1:], PROJECT_DIR / "conf")
+    argv = sys.argv[1:]
+    refused = None if hydra_own_mode(argv) else refuse_overrides(argv, PROJECT_DIR / "conf")
     if refused:  # Hydra would print several lines (and, in a sweep, abort it): one line
         print(f"distbench: invalid config: {refused}", file=sys.stderr)
         sys.exit(2)

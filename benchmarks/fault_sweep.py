@@ -1,8 +1,10 @@
 """A fault harness: real faults injected into real sweeps, and what each one leaves behind.
 
-Does every job still land as an MLflow run (exactly once), and is nothing left running or
-holding /dev/shm, when a rank dies, stalls or is stopped, the orchestrator is signalled, raises
-or is SIGKILLed, a job dir holds an earlier attempt's files, or the tracking store is down?
+Does every job still land as an MLflow run (exactly once), does every run end (none RUNNING
+forever), and is nothing left running or holding /dev/shm, when a rank dies, stalls or is
+stopped, the orchestrator is signalled, raises or is SIGKILLed (at any moment of a job's end),
+two sweeps share a dir, a job dir holds an earlier attempt's files or cannot be written, a cache
+or a build lock is damaged, the loss diverges, or the tracking store is down?
 
 Each scenario runs `run.py` (and `distbench sync` where it says so) as real processes in its own
 temporary dir with its own store, MLFLOW_TRACKING_URI=sqlite:///<dir>/mlflow.db:
@@ -19,6 +21,7 @@ temporary dir with its own store, MLFLOW_TRACKING_URI=sqlite:///<dir>/mlflow.db:
                      limits.stall_timeout_s
     sigterm          SIGTERM to run.py while rank 1 stalls → FAILED cancelled, parent KILLED
     sigint           SIGINT to run.py's process group (Ctrl-C in a terminal), likewise
+    sighup           SIGHUP to run.py (its terminal or ssh session closed), likewise (exit 129)
     sigkill          SIGKILL to run.py in job 2 of 2 → the ranks die with it; then
                      `distbench sync` on the sweep dir: runs expected are the jobs that ended
                      before the kill plus what sync records (the killed job, if it does)
@@ -29,21 +32,27 @@ temporary dir with its own store, MLFLOW_TRACKING_URI=sqlite:///<dir>/mlflow.db:
     store_down       a 1-job run against http://127.0.0.1:<a port with nothing listening>: the
                      run is spooled (mlflow_run.json), then `distbench sync` to the sqlite store
 
+and the job-end and process edges of issue 28 (benchmarks/fault_scenarios.py: kill_after_outcome,
+two_sweeps_one_dir, resume_after_sigkill, diverged, bad_cache, stale_build_lock,
+readonly_job_dir; each described there).
+
 Measured per scenario: runs expected, runs recorded (job runs, tag distbench.job_dir, read back
-with MlflowClient), runs lost (expected − recorded), processes left (live processes whose
-command line names the scenario's dir or whose environment carries its marker, once it is over;
-zombies excluded), /dev/shm left (files new since the scenario started that its processes
-mapped or that carry one of its jobs' ports; other new files, e.g. of a test run going on
-meanwhile, are counted apart), the outcome seen and the wall time.
+with MlflowClient), runs lost (expected − recorded), RUNNING-forever runs (job or parent runs
+still RUNNING once the scenario and its sync are over), orphans (live processes whose command
+line names the scenario's dir or whose environment carries its marker, once it is over; zombies
+excluded), /dev/shm left (files new since the scenario started that its processes mapped or
+that carry one of its jobs' ports; other new files, e.g. of a test run going on meanwhile, are
+counted apart), the outcome seen and the wall time; then totals: cases, outcomes as expected,
+lost runs, RUNNING-forever runs, orphans.
 
     .venv/bin/python benchmarks/fault_sweep.py            # 10 steps, stall limit 60 s
-    .venv/bin/python benchmarks/fault_sweep.py --quick    # 2 steps, stall 15 s (~5 min, 2 cores)
-    .venv/bin/python benchmarks/fault_sweep.py --quick --only sigterm,sigint --keep
+    .venv/bin/python benchmarks/fault_sweep.py --quick    # 2 steps, stall 15 s (~8 min, 2 cores)
+    .venv/bin/python benchmarks/fault_sweep.py --quick --only sigterm,sighup --keep
 
 Prints a table; the last stdout line is one JSON document. Results are saved under
 benchmarks/results/ (git-ignored; `--out-dir` elsewhere) as fault_sweep_<time>.{json,md}.
-Exits 1 when a scenario loses a run or records one twice, leaves a process or a /dev/shm file,
-or misses one of its expected outcomes (each named in the JSON's `checks`).
+Exits 1 when a scenario loses a run or records one twice, leaves a run RUNNING, a process or a
+/dev/shm file, or misses one of its expected outcomes (each named in the JSON's `checks`).
 """
 
 from __future__ import annotations
@@ -52,350 +61,53 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
-
-from distbench.launch.workers import MASTER_ADDR, SHM_DIR, job_ports
-from distbench.tracking.spool import JOB_DIR_TAG, SWEEP_DIR_TAG
-
-PROJECT_DIR = Path(__file__).resolve().parents[1]
-RUN_PY = PROJECT_DIR / "run.py"
-# Every process a scenario starts inherits it (value: the scenario's dir), so that what it left
-# is found even where its command line does not name the dir (the /dev/shm lifeline watcher).
-MARKER_ENV = "DISTBENCH_FAULT_HARNESS"
-EXPERIMENT = "distbench"
-PARENT_TAG = "mlflow.parentRunId"
-RUN_TIMEOUT_S = 900
-SAMPLE_S = 0.25
-
-
-@dataclass(frozen=True)
-class Settings:
-    num_steps: int
-    stall_timeout_s: float
-    long_steps: int  # the SIGSTOP job's: still stepping when rank 1 is stopped
-    settle_s: float  # how long a scenario's processes get to exit once it is over
-    orphan_wait_s: float  # after a SIGKILLed orchestrator: its ranks must be gone by then
-
-    def steps(self) -> list[str]:
-        return ["model=tiny", "workload.num_warmup_steps=1", f"workload.num_steps={self.num_steps}"]
-
-
-QUICK = Settings(num_steps=2, stall_timeout_s=15, long_steps=40, settle_s=5, orphan_wait_s=10)
-FULL = Settings(num_steps=10, stall_timeout_s=60, long_steps=100, settle_s=5, orphan_wait_s=10)
-
-
-class HarnessError(RuntimeError):
-    """The scenario could not be driven as planned (a job ended before its fault, ...)."""
-
-
-# --- pure helpers: what counts --------------------------------------------------------------
-
-
-def mentions(cmdline: Iterable[str], environ: dict[str, str] | None, marker: str) -> bool:
-    """Whether a process belongs to the scenario `marker` (its dir): named on its command line,
-    or carrying MARKER_ENV=marker in its environment."""
-    return any(marker in part for part in cmdline) or (environ or {}).get(MARKER_ENV) == marker
-
-
-def ports_in(cmdline: Iterable[str]) -> set[int]:
-    """The rendezvous ports a torchrun / lifeline command line names (they name the job's
-    DeepSpeed files in /dev/shm: *_127.0.0.1_<port>_*)."""
-    args = list(cmdline)
-    found = set(job_ports(args))
-    if "distbench.launch.lifeline" in args:  # python -m distbench.launch.lifeline PORT...
-        after = args[args.index("distbench.launch.lifeline") + 1 :]
-        found.update(int(a) for a in after if a.isdigit())
-    return found
-
-
-def new_files(before: Iterable[str], after: Iterable[str]) -> set[str]:
-    return set(after) - set(before)
-
-
-def split_shm(
-    files: Iterable[str], ports: Iterable[int], pids: Iterable[int], mapped: Iterable[str]
-) -> tuple[set[str], set[str]]:
-    """(the scenario's, the others') among new /dev/shm files: the scenario's are those its
-    processes mapped, or named by one of its ports (DeepSpeed) or pids (torch_<pid>_*)."""
-    marks = [f"_{MASTER_ADDR}_{port}_" for port in ports] + [f"torch_{pid}_" for pid in pids]
-    mapped = {Path(m).name for m in mapped}
-    mine = {f for f in files if f in mapped or any(m in f for m in marks)}
-    return mine, set(files) - mine
-
-
-def job_runs(runs: Iterable[Any]) -> list[Any]:
-    """The runs of jobs (tagged with their job dir), not the sweeps' parent runs."""
-    return [r for r in runs if JOB_DIR_TAG in r.data.tags]
-
-
-def parent_runs(runs: Iterable[Any]) -> list[Any]:
-    return [r for r in runs if PARENT_TAG not in r.data.tags and SWEEP_DIR_TAG in r.data.tags]
-
-
-def statuses(runs: Iterable[Any]) -> list[str]:
-    return sorted(r.info.status for r in runs)
-
-
-def runs_lost(expected: int, recorded: int) -> int:
-    """Expected − recorded: > 0 lost, < 0 recorded twice."""
-    return expected - recorded
-
-
-def scenario_ok(row: dict[str, Any]) -> bool:
-    return (
-        row["runs_lost"] == 0
-        and not row["processes_left"]
-        and not row["shm_left"]
-        and all(row["checks"].values())
-    )
-
-
-def count_uploaded(sync_stdout: str) -> tuple[int, int] | None:
-    """(uploaded, already in the store) from `distbench sync`'s summary line."""
-    match = re.search(r"(\d+) uploaded, (\d+) already in the store", sync_stdout)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def sync_summary(counts: tuple[int, int] | None, returncode: int) -> str:
-    if counts is None:
-        return f"exit {returncode}"
-    return f"{counts[0]} uploaded, {counts[1]} already in store"
-
-
-# --- processes, /dev/shm, the store ---------------------------------------------------------
-
-
-def scenario_processes(marker: str) -> list[psutil.Process]:
-    """Live processes (zombies excluded) of the scenario whose dir is `marker`."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            environ = proc.environ()
-        except psutil.Error:
-            environ = None
-        if mentions(proc.info["cmdline"] or [], environ, marker):
-            found.append(proc)
-    return found
-
-
-def describe(proc: psutil.Process) -> str:
-    try:
-        return f"pid {proc.pid} {proc.status()}: {' '.join(proc.cmdline())[:160]}"
-    except psutil.Error:
-        return f"pid {proc.pid} (gone)"
-
-
-def shm_listing() -> set[str]:
-    try:
-        return set(os.listdir(SHM_DIR))
-    except OSError:
-        return set()
-
-
-def mapped_shm(pid: int) -> set[str]:
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return set()
-    return {line.split(None, 5)[5] for line in maps.splitlines() if " /dev/shm/" in line}
-
-
-class Watcher:
-    """Samples the scenario's processes while it runs: their pids, ports and mapped /dev/shm
-    files (a killed job leaves no outcome.json naming its port)."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-        self.pids: set[int] = set()
-        self.ports: set[int] = set()
-        self.mapped: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> Watcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            self.sample()
-
-    def sample(self) -> None:
-        for proc in scenario_processes(self.marker):
-            try:
-                cmdline = proc.cmdline()
-            except psutil.Error:
-                continue
-            self.pids.add(proc.pid)
-            self.ports.update(ports_in(cmdline))
-            self.mapped.update(mapped_shm(proc.pid))
-
-
-def store_runs(uri: str) -> list[Any]:
-    """Every active run of the experiment in the store at `uri` (none when it was never made)."""
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
-        return []
-    from mlflow import MlflowClient
-
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(EXPERIMENT)
-    if experiment is None:
-        return []
-    return client.search_runs([experiment.experiment_id], max_results=10_000)
-
-
-# --- driving run.py --------------------------------------------------------------------------
-
-
-@dataclass
-class Scene:
-    """One scenario's dir, store and environment."""
-
-    name: str
-    dir: Path
-    settings: Settings
-    runs: int = 0  # run.py runs to their end so far (their output: run_py.<n>.log)
-
-    @property
-    def marker(self) -> str:
-        return str(self.dir)
-
-    @property
-    def uri(self) -> str:
-        return f"sqlite:///{self.dir}/mlflow.db"
-
-    def env(self, uri: str | None = None) -> dict[str, str]:
-        env = dict(os.environ, MLFLOW_TRACKING_URI=uri or self.uri)
-        env[MARKER_ENV] = self.marker
-        env.pop("DISTBENCH_PARENT_RUN_ID", None)
-        env.pop("DISTBENCH_TRACKING_URI", None)
-        return env
-
-    def run_py(
-        self, args: list[str], uri: str | None = None
-    ) -> tuple[subprocess.CompletedProcess, float]:
-        """`python run.py ARGS` to its end: the process and its wall time."""
-        start = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, str(RUN_PY), *args],
-            cwd=self.dir,
-            env=self.env(uri),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
-        self.runs += 1
-        (self.dir / f"run_py.{self.runs}.log").write_text(proc.stdout + proc.stderr)
-        return proc, time.monotonic() - start
-
-    def start_run_py(self, args: list[str], own_session: bool = False) -> subprocess.Popen:
-        """`python run.py ARGS` in the background, its output in <dir>/run_py.log."""
-        log = (self.dir / "run_py.log").open("w")
-        return subprocess.Popen(
-            [sys.executable, str(RUN_PY), *args],
-            cwd=self.dir,
-            env=self.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=own_session,
-        )
-
-    def log_tail(self, chars: int = 2000) -> str:
-        path = self.dir / "run_py.log"
-        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
-
-    def sync(self, target: Path) -> subprocess.CompletedProcess:
-        """`distbench sync TARGET` into this scenario's sqlite store."""
-        return subprocess.run(
-            [sys.executable, "-m", "distbench.cli", "sync", str(target)],
-            cwd=self.dir,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
-
-
-def outcome_of(job_dir: Path) -> dict[str, Any]:
-    path = job_dir / "outcome.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def outcomes_in(sweep_dir: Path) -> list[dict[str, Any]]:
-    paths = sorted(sweep_dir.glob("*/outcome.json"), key=lambda p: int(p.parent.name))
-    return [json.loads(p.read_text()) for p in paths]
-
-
-def heartbeat_step(job_dir: Path, rank: int) -> int | None:
-    try:
-        return int((job_dir / "heartbeat" / f"rank{rank}").read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def wait_for(
-    what: str, ready: Callable[[], bool], proc: subprocess.Popen, timeout_s: float
-) -> None:
-    """Poll until `ready()`; HarnessError when `proc` ends first or the time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if proc.poll() is not None:
-            raise HarnessError(f"run.py exited ({proc.returncode}) before {what}")
-        if time.monotonic() > deadline:
-            raise HarnessError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(0.2)
-
-
-def rank_process(job_dir: Path, rank: int) -> psutil.Process:
-    """The process of `rank` in the job whose dir is `job_dir` (torchrun sets RANK)."""
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if "distbench.ranks.worker" not in cmdline or str(job_dir) not in cmdline:
-            continue
-        with contextlib.suppress(psutil.Error):
-            if proc.environ().get("RANK") == str(rank):
-                return proc
-    raise HarnessError(f"no process of rank {rank} under {job_dir}")
-
-
-def failure(outcome: dict[str, Any]) -> str:
-    return f"{outcome.get('status', 'no outcome')} {outcome.get('failure_kind') or ''}".strip()
-
-
-def stalled_sweep(s: Settings, sweep_dir: Path, kinds: str = "stall") -> list[str]:
-    """A sweep whose (last) job stalls on rank 1 at step 1 with no stall limit in reach."""
-    return [
-        "-m",
-        "world_size=2",
-        f"fault.kind={kinds}",
-        "fault.rank=1",
-        "fault.at_step=1",
-        "limits.stall_timeout_s=600",
-        *s.steps(),
-        f"hydra.sweep.dir={sweep_dir}",
-    ]
-
+from fault_harness import (  # benchmarks/ is this script's dir
+    FULL,
+    PROJECT_DIR,
+    QUICK,
+    RUN_TIMEOUT_S,
+    SHM_DIR,
+    Scene,
+    Settings,
+    Watcher,
+    count_uploaded,
+    describe,
+    failure,
+    heartbeat_step,
+    job_runs,
+    kill_and_reap,
+    new_files,
+    outcome_of,
+    outcomes_in,
+    parent_runs,
+    rank_process,
+    running_runs,
+    runs_lost,
+    scenario_ok,
+    scenario_processes,
+    shm_listing,
+    split_shm,
+    stalled_sweep,
+    statuses,
+    store_runs,
+    sync_summary,
+    wait_for,
+    wait_gone,
+)
+from fault_scenarios import ISSUE_28_SCENARIOS
+
+from distbench.tracking.spool import JOB_DIR_TAG
 
 # --- the scenarios ---------------------------------------------------------------------------
 # Each returns fault, expected (runs), outcome (one line), checks ({what: held}), details.
@@ -526,9 +238,7 @@ def sigstop_rank(sc: Scene) -> dict[str, Any]:
         step_when_stopped = heartbeat_step(job_dir, 1)
         proc.wait(timeout=RUN_TIMEOUT_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_and_reap(proc)
     recorded_after_s = time.monotonic() - stopped_at
     outcome = outcome_of(job_dir)
     reason = outcome.get("failure_reason") or ""
@@ -553,8 +263,8 @@ def sigstop_rank(sc: Scene) -> dict[str, Any]:
 
 
 def signal_orchestrator(sc: Scene, sig: signal.Signals) -> dict[str, Any]:
-    """SIGTERM to run.py, or SIGINT to its process group (what Ctrl-C in a terminal sends), while
-    rank 1 stalls: the job is recorded as cancelled and the sweep's parent closed."""
+    """SIGTERM or SIGHUP to run.py, or SIGINT to its process group (what Ctrl-C in a terminal
+    sends), while rank 1 stalls: the job is recorded as cancelled and the sweep's parent closed."""
     sweep_dir = sc.dir / "sweep"
     job_dir = sweep_dir / "0"
     ctrl_c = sig == signal.SIGINT
@@ -568,21 +278,19 @@ def signal_orchestrator(sc: Scene, sig: signal.Signals) -> dict[str, Any]:
         signalled_at = time.monotonic()
         proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_and_reap(proc)
     exited_after_s = time.monotonic() - signalled_at
     outcome = outcome_of(job_dir)
     runs = store_runs(sc.uri)
     children, parents = job_runs(runs), parent_runs(runs)
     child = children[0] if len(children) == 1 else None
     log = sc.log_tail(20_000)
-    want_rc = 130 if ctrl_c else 143
+    want_rc = 128 + int(sig)  # 143 SIGTERM, 130 SIGINT, 129 SIGHUP
     parent_status = ",".join(statuses(parents)) or "none"
     return {
         "fault": "Ctrl-C (SIGINT to run.py's group) mid-job"
         if ctrl_c
-        else "SIGTERM to run.py mid-job",
+        else f"{sig.name} to run.py mid-job",
         "expected": 1,
         "outcome": f"exit {proc.returncode}, {failure(outcome)}, parent {parent_status}",
         "checks": {
@@ -610,6 +318,10 @@ def sigint(sc: Scene) -> dict[str, Any]:
     return signal_orchestrator(sc, signal.SIGINT)
 
 
+def sighup(sc: Scene) -> dict[str, Any]:
+    return signal_orchestrator(sc, signal.SIGHUP)
+
+
 def sigkill(sc: Scene) -> dict[str, Any]:
     """Job 1 of 2 finishes, job 2 stalls; run.py is SIGKILLed there (nothing of it can run):
     its ranks must die with it, and `distbench sync` records what was spooled."""
@@ -625,13 +337,8 @@ def sigkill(sc: Scene) -> dict[str, Any]:
         proc.wait()
         killed_at = time.monotonic()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    left = scenario_processes(sc.marker)
-    while left and time.monotonic() - killed_at < s.orphan_wait_s:
-        time.sleep(0.2)
-        left = scenario_processes(sc.marker)
+        kill_and_reap(proc)
+    left = wait_gone(sc.marker, killed_at, s.orphan_wait_s)
     gone_after_s = time.monotonic() - killed_at
     finished_before = outcomes_in(sweep_dir)
     recorded_before_sync = len(job_runs(store_runs(sc.uri)))
@@ -768,10 +475,12 @@ SCENARIOS: dict[str, Callable[[Scene], dict[str, Any]]] = {
     "sigstop_rank": sigstop_rank,
     "sigterm": sigterm,
     "sigint": sigint,
+    "sighup": sighup,
     "sigkill": sigkill,
     "orch_exception": orch_exception,
     "orch_exception_env": orch_exception_env,
     "store_down": store_down,
+    **ISSUE_28_SCENARIOS,
 }
 
 
@@ -785,6 +494,8 @@ class Row:
     runs_expected: int
     runs_recorded: int
     runs_lost: int
+    running_forever: int  # job and parent runs still RUNNING once the scenario (and sync) ended
+    orphans: int  # len(processes_left)
     processes_left: list[str]
     shm_left: list[str]
     shm_new_other: int  # new /dev/shm files not this scenario's (another run on the machine)
@@ -795,28 +506,30 @@ class Row:
     ok: bool = False
 
 
+def drive(name: str, sc: Scene) -> dict[str, Any]:
+    """The scenario's own findings; a scenario that could not be driven is a failed row."""
+    try:
+        return SCENARIOS[name](sc)
+    except Exception as exc:
+        return {
+            "fault": name,
+            "expected": 0,
+            "outcome": f"harness error: {type(exc).__name__}: {exc}"[:300],
+            "checks": {"scenario ran": False},
+            "details": {"log_tail": sc.log_tail()},
+        }
+
+
 def run_scenario(name: str, work: Path, settings: Settings) -> Row:
     sc = Scene(name, work / name, settings)
     sc.dir.mkdir(parents=True)
     shm_before = shm_listing()
     start = time.monotonic()
     with Watcher(sc.marker) as watcher:
-        try:
-            found = SCENARIOS[name](sc)
-        except Exception as exc:  # a scenario that could not be driven is a failed row
-            found = {
-                "fault": name,
-                "expected": 0,
-                "outcome": f"harness error: {type(exc).__name__}: {exc}"[:300],
-                "checks": {"scenario ran": False},
-                "details": {"log_tail": sc.log_tail()},
-            }
+        found = drive(name, sc)
         wall_s = time.monotonic() - start
         deadline = time.monotonic() + settings.settle_s
-        left = scenario_processes(sc.marker)
-        while left and time.monotonic() < deadline:
-            time.sleep(0.2)
-            left = scenario_processes(sc.marker)
+        left = wait_gone(sc.marker, time.monotonic(), settings.settle_s)
         processes_left = [describe(p) for p in left]
     # the lifeline watcher removes a killed job's files a moment after its ranks die
     deadline = max(deadline, time.monotonic() + 3)
@@ -827,7 +540,8 @@ def run_scenario(name: str, work: Path, settings: Settings) -> Row:
         if not mine or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    recorded = len(job_runs(store_runs(sc.uri)))
+    runs = store_runs(sc.uri)
+    recorded, running = len(job_runs(runs)), running_runs(runs)
     for proc in left:  # what this harness started and the product left: end it, by pid
         with contextlib.suppress(psutil.Error):
             proc.kill()
@@ -839,6 +553,8 @@ def run_scenario(name: str, work: Path, settings: Settings) -> Row:
         runs_expected=found["expected"],
         runs_recorded=recorded,
         runs_lost=runs_lost(found["expected"], recorded),
+        running_forever=len(running),
+        orphans=len(processes_left),
         processes_left=processes_left,
         shm_left=sorted(mine),
         shm_new_other=len(other),
@@ -848,6 +564,11 @@ def run_scenario(name: str, work: Path, settings: Settings) -> Row:
         details={
             **found["details"],
             "dir": str(sc.dir),
+            "running_forever_runs": [
+                f"{'parent' if JOB_DIR_TAG not in r.data.tags else 'job'} {r.info.run_name} "
+                f"{r.info.run_id} {r.data.tags.get(JOB_DIR_TAG, '')}".strip()
+                for r in running
+            ],
             "ports": sorted(watcher.ports),
             "shm_mapped_seen": sorted(Path(m).name for m in watcher.mapped),
             "shm_new_other": sorted(other)[:20],
@@ -863,7 +584,8 @@ HEADERS = [
     "runs expected",
     "runs recorded",
     "runs lost",
-    "processes left",
+    "RUNNING forever",
+    "orphans",
     "/dev/shm left",
     "outcome",
     "wall s",
@@ -875,29 +597,42 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
     for r in rows:
         failed = [k for k, held in r.checks.items() if not held]
         outcome = r.outcome + (f" — FAILED CHECKS: {'; '.join(failed)}" if failed else "")
-        out.append(
-            [
-                r.scenario,
-                r.fault,
-                str(r.runs_expected),
-                str(r.runs_recorded),
-                str(r.runs_lost),
-                str(len(r.processes_left)),
-                str(len(r.shm_left)),
-                outcome,
-                f"{r.wall_s:.0f}",
-            ]
-        )
+        counts = [r.runs_expected, r.runs_recorded, r.runs_lost, r.running_forever, r.orphans]
+        counts.append(len(r.shm_left))
+        out.append([r.scenario, r.fault, *map(str, counts), outcome, f"{r.wall_s:.0f}"])
     return out
+
+
+def totals(rows: list[Row]) -> dict[str, int]:
+    """The run's totals: cases, outcomes as expected (every check held), runs lost (and recorded
+    twice), RUNNING-forever runs, orphans, /dev/shm files left."""
+    return {
+        "cases": len(rows),
+        "outcomes_as_expected": sum(all(r.checks.values()) for r in rows),
+        "runs_lost": sum(max(r.runs_lost, 0) for r in rows),
+        "runs_recorded_twice": sum(max(-r.runs_lost, 0) for r in rows),
+        "running_forever": sum(r.running_forever for r in rows),
+        "orphans": sum(r.orphans for r in rows),
+        "shm_left": sum(len(r.shm_left) for r in rows),
+    }
+
+
+def totals_line(t: dict[str, int]) -> str:
+    return (
+        f"cases {t['cases']}, outcomes as expected {t['outcomes_as_expected']}/{t['cases']}, "
+        f"lost runs {t['runs_lost']} (recorded twice {t['runs_recorded_twice']}), "
+        f"RUNNING-forever runs {t['running_forever']}, orphans {t['orphans']}, "
+        f"/dev/shm left {t['shm_left']}"
+    )
 
 
 def print_table(rows: list[Row]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="distbench fault harness")
+    table = Table(title="distbench fault harness", caption=totals_line(totals(rows)))
     for header in HEADERS:
-        numeric = header.startswith(("runs", "processes", "/dev", "wall"))
+        numeric = header.startswith(("runs", "RUNNING", "orphans", "/dev", "wall"))
         table.add_column(header, justify="right" if numeric else "left")
     for row in table_rows(rows):
         table.add_row(*row)
@@ -909,7 +644,7 @@ def markdown_table(rows: list[Row]) -> str:
     for row in table_rows(rows):
         cells = [c.replace("|", "\\|") for c in row]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + f"\n\nTotals: {totals_line(totals(rows))}.\n"
 
 
 def main() -> None:
@@ -937,6 +672,7 @@ def main() -> None:
             flush=True,
         )
     print_table(rows)
+    print(f"fault_sweep: {totals_line(totals(rows))}")
     ok = all(r.ok for r in rows)
     if not ok or args.keep:
         print(f"fault_sweep: scenario dirs kept in {work}")
@@ -950,6 +686,7 @@ def main() -> None:
         "settings": asdict(settings),
         "ok": ok,
         "wall_s": round(time.monotonic() - start, 1),
+        "totals": totals(rows),
         "scenarios": [
             {k: v for k, v in asdict(r).items() if k != "details"}
             | {"processes_left": len(r.processes_left), "shm_left": len(r.shm_left)}

@@ -17,11 +17,17 @@ from typing import Any
 
 def write_json_atomic(path: Path | str, obj: Any) -> None:
     """Write JSON to a temporary sibling (named by this process: two writers at once never
-    share it), then rename it over `path`."""
+    share it), then rename it over `path`. A write that fails (a full disk) removes the
+    sibling before raising."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=2))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from distbench.compose import checks
 from distbench.compose.hardware import resolve_hardware
 from distbench.compose.schema import (
+    ACTIVATION_CHECKPOINTING_MODES,
     BatchConfig,
     ConfigError,
     FaultConfig,
@@ -37,6 +38,7 @@ from distbench.compose.schema import (
     WorkloadConfig,
     own_strategy_fields,
 )
+from distbench.figures.fair import grad_accum_for_global_batch
 from distbench.probes.parts import MEASUREMENT_FIELDS, Measurements
 
 # The engine a raw torch.distributed workload (gemm, collectives) is tagged with.
@@ -95,6 +97,8 @@ TREE_KEYS = frozenset(
         "retry_failed",
         "zero_optimization",
         "world_size_requested",
+        "activation_checkpointing",
+        "activation_checkpointing_every",
     }
 )
 
@@ -122,6 +126,10 @@ class Job:
     batch: BatchConfig | None = None
     zero_optimization: dict[str, Any] | None = None
     world_size_requested: int | None = None  # strategy=single in a sweep at this world_size
+    # Which decoder layers recompute their forward in backward (ACTIVATION_CHECKPOINTING_MODES;
+    # selective: every activation_checkpointing_every-th); the engines apply it, figures/ price it.
+    activation_checkpointing: str = "none"
+    activation_checkpointing_every: int = 2
     resume: bool = False
     retry_failed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # unknown root keys (+key=value)
@@ -203,12 +211,17 @@ class Job:
         for key in ("model", "strategy", "batch"):
             if getattr(self, key) is not None:
                 tree[key] = _plain(getattr(self, key))
+        if "batch" in tree and tree["batch"].get("global_batch_tokens") is None:
+            tree["batch"].pop("global_batch_tokens", None)  # unset: the signature stays as it was
         if self.zero_optimization is not None:
             tree["zero_optimization"] = dict(self.zero_optimization)
         if self.options_key:
             tree[self.options_key] = _plain(self.options)
         if self.world_size_requested:
             tree["world_size_requested"] = self.world_size_requested
+        if self.builds_model:  # hashed only when not `none` (tracking/signature.py)
+            tree["activation_checkpointing"] = self.activation_checkpointing
+            tree["activation_checkpointing_every"] = self.activation_checkpointing_every
         return tree
 
     @classmethod
@@ -247,6 +260,8 @@ class Job:
             options_key=options_key,
             zero_optimization=tree.get("zero_optimization"),
             world_size_requested=tree.get("world_size_requested"),
+            activation_checkpointing=tree.get("activation_checkpointing", "none"),
+            activation_checkpointing_every=tree.get("activation_checkpointing_every", 2),
             resume=tree["resume"],
             retry_failed=tree["retry_failed"],
             extra={k: v for k, v in tree.items() if k not in known},
@@ -337,6 +352,8 @@ ROOT_KEYS = {
     "tp_across_nodes",
     "zero_stage",
     "zero_optimization",
+    "activation_checkpointing",
+    "activation_checkpointing_every",
     "resume",
     "retry_failed",
     "experiments",
@@ -368,6 +385,7 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
         engine = engines.get(strategy.engine)
         zero_stage = engine.resolve_zero_stage(strategy, cfg.zero_stage)
         layout = Layout(world_size=ws, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage)
+        batch = batch_for_layout(batch, dp)
         if zero_stage is not None:
             zero_block = zero_optimization_block(
                 conf_dir, zero_stage, OmegaConf.to_container(cfg.zero_optimization, resolve=True)
@@ -392,6 +410,7 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
         batch=batch,
         zero_optimization=zero_block,
         world_size_requested=world_size_requested,
+        **activation_checkpointing(cfg, spec.builds_model),
         resume=bool(cfg.resume),
         retry_failed=bool(cfg.retry_failed),
         extra=_extra_keys(cfg, spec.options_key),
@@ -400,6 +419,41 @@ def resolve_job(cfg: DictConfig, conf_dir: Path) -> Job:
         engines.get(job.engine).check(job)
     spec.check(job)
     return job
+
+
+def activation_checkpointing(cfg: DictConfig, builds_model: bool) -> dict[str, Any]:
+    """The Job's activation_checkpointing fields from the composed config, or ConfigError (one
+    line) for a mode outside ACTIVATION_CHECKPOINTING_MODES, a period below 1, or a mode other
+    than none for a workload that builds no model. A config composed before the keys existed
+    reads as none."""
+    mode = cfg.get("activation_checkpointing", "none")
+    every = cfg.get("activation_checkpointing_every", 2)
+    checks.one_of("activation_checkpointing", mode, ACTIVATION_CHECKPOINTING_MODES)
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise ConfigError(
+            f"activation_checkpointing_every={every!r} must be an integer >= 1 (selective "
+            "recomputes every k-th decoder layer)"
+        )
+    if mode != "none" and not builds_model:
+        raise ConfigError(
+            f"activation_checkpointing={mode}: workload={cfg.workload.name} builds no model; "
+            "use activation_checkpointing=none"
+        )
+    return {"activation_checkpointing": mode, "activation_checkpointing_every": int(every)}
+
+
+def batch_for_layout(batch: BatchConfig, dp: int) -> BatchConfig:
+    """The batch a layout runs: with batch.global_batch_tokens set, its grad_accum_steps is
+    derived for this dp (the micro batch kept); else the batch as composed."""
+    if batch.global_batch_tokens is None:
+        return batch
+    try:
+        grad_accum = grad_accum_for_global_batch(
+            batch.global_batch_tokens, batch.micro_batch_size, dp, batch.seq_len
+        )
+    except ValueError as exc:  # one line with the numbers
+        raise ConfigError(str(exc)) from None
+    return dataclasses.replace(batch, grad_accum_steps=grad_accum)
 
 
 def _extra_keys(cfg: DictConfig, options_key: str | None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import json
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import psutil
 from omegaconf import OmegaConf, open_dict
@@ -23,16 +24,18 @@ OWNER_FILE = "orchestrator.json"
 LOST_KIND = "orchestrator_lost"
 
 
+def owner_record() -> dict[str, Any]:
+    """This process as the owner of a job dir (or of a sweep's parent run): host, pid, start."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": psutil.Process().create_time(),
+    }
+
+
 def mark_owner(job_dir: Path) -> None:
     """Name this process as the one running the job in `job_dir`."""
-    write_json_atomic(
-        job_dir / OWNER_FILE,
-        {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started": psutil.Process().create_time(),
-        },
-    )
+    write_json_atomic(job_dir / OWNER_FILE, owner_record())
 
 
 def owner_gone(job_dir: Path) -> str | None:
@@ -40,8 +43,17 @@ def owner_gone(job_dir: Path) -> str | None:
     cannot be checked from here) or the job dir names none."""
     try:
         owner = json.loads((job_dir / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return process_gone(owner)
+
+
+def process_gone(owner: Any) -> str | None:
+    """Why the process an owner_record() names is known dead ("pid N on HOST"); None when it
+    runs, ran on another host (it cannot be checked from here) or the record is unreadable."""
+    try:
         host, pid, started = owner["host"], int(owner["pid"]), float(owner["started"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return None
     if host != socket.gethostname():
         return None

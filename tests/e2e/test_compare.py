@@ -112,7 +112,9 @@ def distbench(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Complete
 
 
 def test_an_injected_regression_is_flagged_and_logged(store):
-    proc = distbench(store.env(), store.root, "compare", "--baseline", store.baseline)
+    # one run a side: a 25 % drop is judged once the single-run bound is below it
+    args = ("--baseline", store.baseline, "--single-run-noise-pct", "10")
+    proc = distbench(store.env(), store.root, "compare", *args)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "REGRESSION in 1 of 2 configuration(s): zero3-ws2" in proc.stdout
     assert store.regressed in proc.stdout  # `latest` is the newest sweep

@@ -57,7 +57,7 @@ def test_report_of_the_latest_sweep_writes_tables_plots_and_logs_them_on_the_par
     assert "best peak memory (GiB) (min):" in proc.stdout
 
     md = (out / "report.md").read_text()
-    assert "| run | strategy | world_size | zero_stage | status |" in md  # one grid table
+    assert "| run | strategy | world_size | dp×tp×pp | tokens/step | zero_stage |" in md  # one grid
     for run_id in sweep.child_run_ids:  # each run name links its run
         assert f"](#/experiments/{sweep.experiment_id}/runs/{run_id})" in md
     for name in sweep.child_run_names:

@@ -108,11 +108,12 @@ def test_groups_that_span_nodes_use_the_internode_link():
 
 
 def test_a_large_model_with_the_cpu_batch_is_warned_about():
-    plan = make_plan(["model=llama3_8b", "world_size=8", "hardware=h100_sxm"], ["zero3"])
+    gpu = ["model=llama3_8b", "world_size=8", "hardware=h100_sxm", "workload.dtype=bf16"]
+    plan = make_plan(gpu, ["zero3"])  # bf16: no dtype warning (tests/unit/test_fair_plan.py)
     (warning,) = plan.extra["warnings"]
     assert "batch=small" in warning and "8.0B parameters" in warning
     assert plan_json(plan)[-1]["warnings"] == [warning]
-    chosen = make_plan(["model=llama3_8b", "world_size=8", "hardware=h100_sxm", "batch=medium"])
+    chosen = make_plan([*gpu, "batch=medium"])
     assert chosen.extra["warnings"] == []
     assert make_plan(["hardware=cpu"], ["dp"]).extra["warnings"] == []  # tiny: no warning
 

@@ -190,7 +190,7 @@ def _outcome(**over):
 
 
 def test_the_end_table_shows_the_step_time_spread():
-    text = _render(summary.summary_table([_outcome()], "t"))
+    text = _render(summary.summary_table([_outcome()], "t", width=250))
     assert "step p50 (s)" in text and "step p90 (s)" in text and "spread %" in text
     row = next(ln for ln in text.splitlines() if "FINISHED" in ln)
     assert "0.300" in row and "0.369" in row and " 23 " in row  # (0.369 - 0.3) / 0.3

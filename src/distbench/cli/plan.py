@@ -1,5 +1,7 @@
 """`distbench plan`: every strategy's predicted memory, communication, step time and cost, or
-with --search every layout ranked (tools/plan/); nothing runs.
+with --search every layout ranked (tools/plan/), with the run.py command of the best; nothing
+runs. The search shows its progress on stderr and counts refused layouts by reason
+(--verbose lists them).
 
     distbench plan model=llama3_8b world_size=8 hardware=h100_sxm [--json]
     distbench plan --search model=llama3_70b world_size=64 hardware=h100_sxm batch=large
@@ -8,8 +10,10 @@ with --search every layout ranked (tools/plan/); nothing runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
+from collections.abc import Callable, Iterator
 
 from distbench.cli.options import add_overrides
 
@@ -43,7 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--search",
         action="store_true",
-        help="every (engine, dp, tp, pp, ZeRO stage, micro batch) ranked, refusals with reasons",
+        help="every (engine, dp, tp, pp, ZeRO stage, micro batch) ranked, refusals counted by "
+        "reason",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="with --search: list each refused layout"
     )
     parser.set_defaults(func=run)
 
@@ -85,11 +93,36 @@ def _search(args: argparse.Namespace) -> None:
 
     from distbench.tools.plan import print_search, search_json, search_layouts
 
-    found = search_layouts(args.overrides, efficiency=args.efficiency, recompute=args.recompute)
+    with search_progress() as on_layout:
+        found = search_layouts(
+            args.overrides,
+            efficiency=args.efficiency,
+            recompute=args.recompute,
+            on_layout=on_layout,
+        )
     if args.json:
         print(json.dumps(search_json(found)))
     else:
-        print_search(found)
+        print_search(found, overrides=args.overrides, verbose=args.verbose)
+
+
+@contextlib.contextmanager
+def search_progress() -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr (stdout stays the table or the JSON) that the search
+    advances as it tries each layout; transient: it leaves no line behind."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("searching layouts"), BarColumn(), MofNCompleteColumn())
+    with Progress(
+        *columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True
+    ) as bar:
+        task = bar.add_task("search", total=None)
+
+        def advance(tried: int, total: int) -> None:
+            bar.update(task, completed=tried, total=total)
+
+        yield advance
 
 
 def _plan(args: argparse.Namespace) -> None:
@@ -111,4 +144,4 @@ def _plan(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(plan_json(plan)))
     else:
-        print_plan(plan)
+        print_plan(plan, overrides=args.overrides)

@@ -11,6 +11,15 @@ from pathlib import Path
 
 from distbench.cli.options import add_store_options, load_sweep, store_uri
 
+# The report's tables (report.Sections fields) also logged with MLflow's log_table, by name.
+LOGGED_TABLES = {
+    "best": "best",
+    "grid": "grid",
+    "failed": "failed",
+    "pred": "predictions",
+    "scaling": "scaling",
+}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("report", help="tables and plots of a sweep's runs, read from MLflow")
@@ -40,13 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from distbench.tools import report
+    from distbench.tracking.dashboard import log_tables
 
     uri = store_uri(args)
     sweep = args.sweep if args.sweep or args.experiment else "latest"
     selection = load_sweep("report", uri, sweep, args.experiment or "distbench")
     if selection is None:
         return 2
-    df = report.flat_table(selection.runs)
+    df = report.flat_table(selection.runs, selection.swept)
     out = Path(args.out)
     if args.format == "csv":
         print(f"distbench: {len(df)} runs of {selection.title} -> {report.write_csv(df, out)}")
@@ -64,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         if selection.parent_run_id and not args.no_log:
             note = report.report_note(selection.experiment_id, selection.parent_run_id, sections)
             report.log_report(uri, selection.experiment_id, selection.parent_run_id, files, note)
+            tables = {name: getattr(sections, field) for field, name in LOGGED_TABLES.items()}
+            log_tables(uri, selection.parent_run_id, tables)  # also as MLflow tables
             print(f"distbench: logged as artifacts {report.REPORT_ARTIFACT_DIR}/ of the sweep run")
     for line in report.verdict_lines(report.best_per_metric(df)):
         print(line)

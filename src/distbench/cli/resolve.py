@@ -35,9 +35,12 @@ def run(args: argparse.Namespace) -> int:
     """The Job as YAML (layout, ZeRO stage, topology, hardware figures and peaks) and, for the
     deepspeed engine, the config its ranks pass to deepspeed.initialize (engines/deepspeed.py
     ds_config) as a second YAML document in JSON. Exit 2 with one line for what run.py
-    refuses."""
+    refuses (spine.precheck: the config, and ranks this machine cannot host); a Job resolved
+    for another machine's hardware (a GPU option where this machine has none) is printed with
+    a note instead."""
     import json
 
+    from distbench.compose.hardware import is_this_machine
     from distbench.orchestrator import precheck, resolve
     from distbench.prepare import prepare_job
 
@@ -46,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cfg, conf_dir = composed
     job, refusal = resolve(cfg, conf_dir)
-    if job is None:
-        print(f"distbench: resolve: invalid config: {refusal}", file=sys.stderr)
+    shortfall = precheck(cfg, conf_dir) if job is not None else None  # run.py's own check
+    if job is None or (shortfall and is_this_machine(job.hardware.device, job.hardware.name)):
+        print(f"distbench: resolve: invalid config: {refusal or shortfall}", file=sys.stderr)
         return 2
     job = prepare_job(job, probe=False)  # the cached parts only: nothing measured or written
     ds = _deepspeed_config(job)
@@ -55,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"job": job.tree(), "deepspeed_config": ds}))
         return 0
     _print_header(job, args.overrides)
-    shortfall = precheck(cfg, conf_dir)
-    if shortfall:  # the Job resolves, but this machine cannot host its ranks
+    if shortfall:  # resolved for another machine's hardware (hardware=h100_sxm on a laptop)
         print(f"# note: run.py on this machine refuses it: {shortfall}")
     print(job.to_yaml(), end="")
     if ds is not None:

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     """The MLflow UI on a local store, in the foreground (tools/server.py starts it and waits
     for /health before printing the URL); a tracking server's URL is only printed."""
     from distbench.tools import server
+    from distbench.tracking.dashboard import training_url
     from distbench.tracking.mlflow_store import ensure_experiment, ui_url
     from distbench.tracking.secrets_mask import mask_text
 
@@ -47,10 +48,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     experiment_id = ensure_experiment(uri, args.experiment)
     if uri.startswith(("http://", "https://")):  # a tracking server serves its own UI
-        print(f"MLflow UI for {mask_text(uri)}: {ui_url(uri, experiment_id, args.port)}")
+        url = training_url(ui_url(uri, experiment_id, args.port))
+        print(f"MLflow UI for {mask_text(uri)}: {url}")
         print(f"distbench: {server.MODEL_TRAINING_HINT}", flush=True)
         return 0
-    url = ui_url(plan.url, experiment_id, args.port)  # the runs page on the UI started here
+    url = training_url(ui_url(plan.url, experiment_id, args.port))  # runs page, training view
     print(
         f"distbench: starting the MLflow UI for {mask_text(uri)} (port {args.port}) ...", flush=True
     )

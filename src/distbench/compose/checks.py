@@ -91,7 +91,7 @@ def model_choices(model: DictConfig, workload: DictConfig) -> None:
 
 def model_shape(model: Any, tp: int, pp: int = 1) -> None:
     """The architecture splits as asked: whole heads per TP rank, whole layers per stage, and a
-    pretrained_path that exists."""
+    pretrained_path that holds a readable config.json."""
     for what in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "vocab_size"):
         positive(f"model.{what}", getattr(model, what))
     if model.hidden_size % model.num_heads:
@@ -119,8 +119,34 @@ def model_shape(model: Any, tp: int, pp: int = 1) -> None:
             f"model.num_layers({model.num_layers}) is not divisible by pp({pp}); "
             f"stages would be unbalanced"
         )
-    if model.pretrained_path is not None and not Path(model.pretrained_path).is_dir():
-        raise ConfigError(f"model.pretrained_path={model.pretrained_path!r} is not a directory")
+    if model.pretrained_path is not None:
+        pretrained_dir(model.pretrained_path)
+
+
+def pretrained_dir(path: str) -> None:
+    """A `save_pretrained` directory: it exists and its config.json is a JSON object (what the
+    ranks would otherwise find only after they started)."""
+    import json
+
+    if not Path(path).is_dir():
+        raise ConfigError(f"model.pretrained_path={path!r} is not a directory")
+    config = Path(path) / "config.json"
+    try:
+        parsed = json.loads(config.read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"model.pretrained_path={path!r} has no config.json; give a save_pretrained directory"
+        ) from None
+    except (OSError, ValueError, RecursionError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            f"model.pretrained_path={path!r}: config.json is not valid JSON ({why})"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise ConfigError(
+            f"model.pretrained_path={path!r}: config.json holds a {type(parsed).__name__}, "
+            "not a JSON object"
+        )
 
 
 def no_fp16_on_cpu(device: str, dtype: str) -> None:

@@ -4,6 +4,7 @@ and exits 1, and in a sweep aborts it): a `group=option` naming no option (a sch
 strategy=base_strategy, a typo), a value the typed config cannot hold (world_size=nan), and a
 key its typed node does not have, added with `+` too (strategy=fsdp +strategy.offload_optimizer=
 cpu: the torch engine's strategy schema has no offload), with any choice of a swept group.
+Cheap on long command lines: a few composes for the whole line, not one per override.
 
     python -c "from distbench.compose.overrides import refuse_overrides as r; \\
                print(r(['-m', 'world_size=2,nan'], 'conf'))"
@@ -71,22 +72,68 @@ def _added_outside_schema(cfg: Any, key: str) -> str | None:
     return f"Key '{leaf}' not in '{kind.__name__}'"
 
 
-def _each_context(before: list[tuple[str, list[str]]]) -> list[tuple[list[str], str]]:
-    """The overrides before one, at their first values, then with each other value of each in
-    turn (a sweep's other choices: strategy=dp,fsdp tries a strategy.* key on fsdp too), each
-    with what a refusal adds to say so ("" for the first values)."""
-    first = [f"{key}={values[0]}" for key, values in before]
-    contexts: list[tuple[list[str], str]] = [(first, "")]
-    for i, (key, values) in enumerate(before):
-        for value in values[1:]:
-            contexts.append(
-                ([*first[:i], f"{key}={value}", *first[i + 1 :]], f" (with {key}={value})")
-            )
-    return contexts
+def _combinations(
+    choices: list[tuple[bool, str, list[str]]],
+) -> list[tuple[list[str], list[str]]]:
+    """The value sets to compose, each as (its overrides in order, the other values in it):
+    every key at its first value; each other value of each key alone; and each other value of
+    a group with each other value of another key (a group's option decides which keys exist
+    and their types: strategy=dp,fsdp tries a strategy.* key on fsdp too). Two plain keys'
+    values do not meet: a key's type is its node's. So the composes grow with the swept
+    values, not with the number of overrides."""
+    first = [f"{key}={values[0]}" for _, key, values in choices]
+    others = [
+        (i, is_group, f"{key}={v}")
+        for i, (is_group, key, values) in enumerate(choices)
+        for v in values[1:]
+    ]
+    sets: list[tuple[list[str], list[str]]] = [(first, [])]
+    for i, _, other in others:
+        sets.append(([*first[:i], other, *first[i + 1 :]], [other]))
+    for a, (i, group_i, one) in enumerate(others):
+        for j, group_j, two in others[a + 1 :]:
+            if j != i and (group_i or group_j):
+                both = list(first)
+                both[i], both[j] = one, two
+                sets.append((both, [one, two]))
+    return sets
+
+
+def _refusal(compose: Any, overrides: list[str]) -> str | None:
+    """Hydra's refusal of composing `overrides` (one line), or a `+node.key` its typed node
+    has no field for, else None."""
+    try:
+        cfg = compose(overrides)
+    except Exception as exc:
+        return _one_line(exc)
+    for override in overrides:
+        refusal = _added_outside_schema(cfg, override.split("=", 1)[0])
+        if refusal:
+            return refusal
+    return None
+
+
+def _at_fault(compose: Any, overrides: list[str], others: list[str]) -> str:
+    """The refusal of a value set that does not compose, naming the override at fault: the
+    shortest prefix that fails (bisected: log2(n) composes), with the other values before it."""
+    good, bad = 0, len(overrides)  # composing nothing passes; all of them fails
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if _refusal(compose, overrides[:mid]):
+            bad = mid
+        else:
+            good = mid
+    culprit = overrides[bad - 1]
+    refusal = _refusal(compose, overrides[:bad]) or _refusal(compose, overrides)
+    context = [o for o in others if o in overrides[: bad - 1]]
+    note = f" (with {', '.join(context)})" if context else ""
+    return f"{culprit}: {refusal}{note}"
 
 
 def refuse_overrides(argv: list[str], conf_dir: Path | str) -> str | None:
-    """One line naming the first override on `argv` that Hydra would refuse, else None."""
+    """One line naming an override on `argv` that Hydra would refuse, else None. One compose
+    for the first values, one per other swept value (and per pair with a group's other option:
+    _combinations), however many overrides there are; a refusal is bisected to its override."""
     from hydra.core.global_hydra import GlobalHydra
 
     from distbench.compose.composer import composing
@@ -114,19 +161,9 @@ def refuse_overrides(argv: list[str], conf_dir: Path | str) -> str | None:
                         )
             is_group = override.key_or_group in groups
             choices.append((is_group, override.get_key_element(), values))
-        # Hydra applies the group choices first, then the keys in order: add them one by one,
-        # each value of each tried on what comes before it (_each_context), so the refusal
-        # names the override at fault.
+        # Hydra applies the group choices first, then the keys in order.
         choices.sort(key=lambda choice: not choice[0])
-        before: list[tuple[str, list[str]]] = []
-        for _, key, values in choices:
-            for value in values:
-                for context, note in _each_context(before):
-                    try:
-                        refusal = _added_outside_schema(compose([*context, f"{key}={value}"]), key)
-                    except Exception as exc:
-                        refusal = _one_line(exc)
-                    if refusal:
-                        return f"{key}={value}: {refusal}{note}"
-            before.append((key, values))
+        for value_set, others in _combinations(choices):
+            if _refusal(compose, value_set):
+                return _at_fault(compose, value_set, others)
     return None

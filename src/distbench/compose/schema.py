@@ -25,6 +25,9 @@ TRACKING_BACKENDS = ("sqlite", "server", "none")
 # hardware.time_source: how the compute term of a prediction is priced (HardwareConfig)
 TIME_SOURCES = ("auto", "efficiency", "measured")
 ZERO_STAGES = (0, 1, 2, 3)
+# activation_checkpointing: which decoder layers recompute their activations in backward (none;
+# full: every layer; selective: every activation_checkpointing_every-th layer).
+ACTIVATION_CHECKPOINTING_MODES = ("none", "full", "selective")
 # Who starts the ranks: auto = srun inside a SLURM allocation, else torchrun on this node;
 # local_nodes = num_nodes torchrun agents on this machine (the multi-node path, locally).
 RANK_LAUNCHERS = ("auto", "torchrun", "srun", "local_nodes")
@@ -113,6 +116,10 @@ class BatchConfig:
     micro_batch_size: int = MISSING  # sequences per rank per micro-step
     grad_accum_steps: int = 1  # micro-steps per optimizer step (pipeline: micro-batches)
     seq_len: int = MISSING
+    # Tokens per optimizer step over all replicas. Set, it replaces grad_accum_steps: each
+    # layout accumulates global_batch_tokens / (micro_batch_size × dp × seq_len) micro-steps
+    # (job.py), so a grid of layouts compares at one global batch. None: grad_accum_steps.
+    global_batch_tokens: int | None = None
 
 
 @dataclass
@@ -216,6 +223,10 @@ class Config:
     zero_stage: int | None = None
     # Extra keys of DeepSpeed's zero_optimization block, merged over the stage's block.
     zero_optimization: dict[str, Any] = field(default_factory=dict)
+    # One of ACTIVATION_CHECKPOINTING_MODES; selective recomputes every k-th decoder layer of
+    # a model (of a pipeline stage), k = activation_checkpointing_every.
+    activation_checkpointing: str = "none"
+    activation_checkpointing_every: int = 2
     batch: BatchConfig = MISSING
     workload: Any = MISSING  # the chosen workload's own schema (a WorkloadConfig subclass)
     hardware: HardwareConfig = MISSING
@@ -241,6 +252,10 @@ class Config:
     # Nevergrad, Ax): a key of the outcome's metrics. A job without it (FAILED, or refused)
     # returns the worst value (run.py: objective_value). Not part of the run's signature.
     objective: str = "throughput_tokens_per_s"
+    # Runs of each configuration, each its own child run (tag `repeat`) with the same signature:
+    # compare takes them as samples, the last one logs their spread (orchestrator/repeats.py).
+    # Not part of the run's signature.
+    repeats: int = 1
 
 
 # The group each schema validates: conf/<group>/*.yaml extend `/schema/<group>@_here_`. The

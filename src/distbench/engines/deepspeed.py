@@ -2,6 +2,9 @@
 
 `ds_config()` is pure: job → DeepSpeed's config dict; `check()` refuses what DeepSpeed cannot
 run. `initialize()` wraps the model, in this order: pipeline split (pp > 1, pipeline.py) →
+activation checkpointing of the model's (or this stage's) decoder layers picked by
+`activation_checkpointing` (torch's non-reentrant checkpoint, ranks/layers.py: the recompute
+runs ZeRO-3's fetch hooks again) → `workload.compile` (torch.compile per decoder layer) →
 DeepSpeed engine (AutoTP sharding when tp > 1, then ZeRO partitioning of what is left, offload
 last).
 The optimizer is torch's AdamW (`workload.optimizer_impl`: fused by default, the same kernel the
@@ -63,7 +66,7 @@ def resolve_zero_stage(strategy: DeepSpeedStrategyConfig, chosen: int | None) ->
 
 def check(job: Job) -> None:
     """What DeepSpeed runs: ZeRO-0/1 under a pipeline, tp or pp (not both), offload with the
-    stage that shards what it offloads."""
+    stage that shards what it offloads, compiled layers below ZeRO-3."""
     strategy, layout = job.strategy, job.layout
     stage, tp, pp = layout.zero_stage, layout.tp, layout.pp
     one_of("strategy.offload_optimizer", strategy.offload_optimizer, OFFLOAD_DEVICES)
@@ -82,6 +85,12 @@ def check(job: Job) -> None:
         raise ConfigError("strategy.offload_optimizer needs zero_stage >= 1, got zero_stage=0")
     if strategy.offload_param != "none" and stage != 3:
         raise ConfigError(f"strategy.offload_param needs zero_stage=3, got zero_stage={stage}")
+    if getattr(job.workload, "compile", False) and stage == 3:
+        raise ConfigError(
+            "workload.compile=true does not run under ZeRO-3: its hooks expect every module's "
+            "parameters partitioned, and a torch.compile wrapper's are not; use zero_stage 0-2, "
+            "or strategy=fsdp (compiled layers, sharded like ZeRO-3)"
+        )
 
 
 def ds_config(job: Job) -> dict[str, Any]:
@@ -199,6 +208,7 @@ def initialize(model: Any, job: Job) -> DeepSpeedEngine:
     import deepspeed
     import torch
 
+    from distbench.ranks.layers import checkpoint_and_compile
     from distbench.ranks.models import is_meta, materialise_if_meta
 
     layout = job.layout
@@ -210,6 +220,14 @@ def initialize(model: Any, job: Job) -> DeepSpeedEngine:
         from distbench.engines.pipeline import to_pipeline_module
 
         model = to_pipeline_module(model, num_stages=layout.pp)
+    done = checkpoint_and_compile(
+        model,
+        job.activation_checkpointing,
+        job.activation_checkpointing_every,
+        getattr(job.workload, "compile", False),
+    )
+    if done:  # each rank says what its model (or pipeline stage) runs
+        print(f"rank {torch.distributed.get_rank()}: {done}", flush=True)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=job.workload.lr, **adamw_kwargs(job.optimizer_impl)
     )

@@ -116,8 +116,10 @@ def to_pipeline_module(
 
     ``partition_method="uniform"`` spreads the *decoder blocks* evenly (DeepSpeed's own
     ``"uniform"`` would count embedding, norm and head as layers too); any other value
-    (``"parameters"``, ``"type:<regex>"``) is passed to DeepSpeed unchanged. Activation
-    checkpointing only wraps runs of decoder blocks, so the embedding still gets gradients.
+    (``"parameters"``, ``"type:<regex>"``) is passed to DeepSpeed unchanged. DeepSpeed's own
+    ``activation_checkpoint_interval`` only wraps runs of decoder blocks, so the embedding still
+    gets gradients; distbench's engines leave it 0 and checkpoint the stage's decoder layers
+    themselves (``activation_checkpointing``, ranks/layers.py), as on every engine.
     ``torch.distributed`` must already be initialised (e.g. ``deepspeed.init_distributed()``).
     The weights of other stages' pieces are released on this rank (emptied in place), so a
     stage holds only its own share of the model, as it would on a real pipeline.

@@ -1,7 +1,7 @@
 """The native PyTorch engine (`engine: torch`): single, ddp, fsdp, torch_tp, torch_pp, 3d.
 
 One composition for every torch strategy, in torchtitan's order (pipeline split first, then
-TP → AC → compile → FSDP; no AC or compile here):
+TP → AC → compile → FSDP):
 
 1. rank grid: `init_device_mesh(device, (dp, pp, tp))`, ranks laid out as picotron's
    `arange(world).view(dp, pp, tp)` (tp fastest); each rank's (dp, pp, tp) is its coordinate;
@@ -11,6 +11,9 @@ TP → AC → compile → FSDP; no AC or compile here):
    gate/up `ColwiseParallel` (whole heads per rank: the attention's `view(..., -1, head_dim)`
    infers the local head count from the local output), o and down `RowwiseParallel` (their
    outputs are all-reduced, back to plain tensors); embedding, norms and LM head replicated;
+   then `activation_checkpointing`: the picked decoder layers (of the model, or of this
+   stage) recompute in backward (non-reentrant, ranks/layers.py); then `workload.compile`:
+   `torch.compile` per decoder layer;
 4. dp > 1: `strategy.data_parallel` over the dp sub-mesh: `ddp` (DistributedDataParallel; with
    TP through torch's DTensor→local transform) or `fsdp` (FSDP2 `fully_shard` per decoder layer,
    then the root; sharded like ZeRO-3);
@@ -37,6 +40,7 @@ from distbench.compose.schema import DEFAULT_PP_SCHEDULE, ConfigError, StrategyC
 from distbench.engines import GRID_DIMS, EngineSpec, register
 from distbench.job import Job
 from distbench.precision import adamw_kwargs, is_mixed
+from distbench.ranks.layers import checkpoint_and_compile, decoder_layer_slots
 from distbench.ranks.models import DTYPE_NAMES, materialise_if_meta
 
 # Data parallelism across replicas, and the torch.distributed.pipelining schedules.
@@ -105,9 +109,10 @@ TP_PLAN_ROWWISE = ("self_attn.o_proj", "mlp.down_proj")
 
 
 def _decoder_layers(module: Any) -> list[Any]:
-    """The HF decoder layers inside a model or a pipeline stage (Llama and GPT-2 layers)."""
-    names = ("LlamaDecoderLayer", "GPT2Block")
-    return [m for m in module.modules() if type(m).__name__ in names]
+    """The HF decoder layers inside a model or a pipeline stage, each as its parent holds it
+    (the torch.compile wrapper around it, once compiled: FSDP2 shards that, outside the
+    compiled region)."""
+    return [getattr(parent, name) for parent, name in decoder_layer_slots(module)]
 
 
 def apply_tp(module: Any, tp_mesh: Any) -> None:
@@ -122,6 +127,19 @@ def apply_tp(module: Any, tp_mesh: Any) -> None:
     plan.update({name: RowwiseParallel() for name in TP_PLAN_ROWWISE})
     for layer in _decoder_layers(module):
         parallelize_module(layer, tp_mesh, plan)
+
+
+def _checkpoint_and_compile(module: Any, job: Job, coords: tuple[int, ...]) -> None:
+    """Activation checkpointing, then torch.compile, of this rank's decoder layers (the job's
+    activation_checkpointing and workload.compile); the rank says what it did."""
+    done = checkpoint_and_compile(
+        module,
+        job.activation_checkpointing,
+        job.activation_checkpointing_every,
+        getattr(job.workload, "compile", False),
+    )
+    if done:
+        print(f"rank {dict(zip(GRID_DIMS, coords, strict=True))}: {done}", flush=True)
 
 
 def apply_data_parallel(
@@ -251,7 +269,8 @@ class TorchEngine:
 
 
 def initialize(model: Any, job: Job) -> TorchEngine:
-    """Wrap `model` for the layout (module docstring: split → TP → data parallel → AdamW)."""
+    """Wrap `model` for the layout (module docstring: split → TP → AC → compile → data
+    parallel → AdamW)."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -278,6 +297,7 @@ def initialize(model: Any, job: Job) -> TorchEngine:
         module = stage_module(model, coords[1], pp)
     if tp > 1:
         apply_tp(module, mesh["tp"])
+    _checkpoint_and_compile(module, job, coords)
     if data_parallel == "fsdp":
         module = apply_data_parallel(module, "fsdp", mesh["dp"], device, tp, pp, compute_dtype)
     materialise_if_meta(module, device, seed)

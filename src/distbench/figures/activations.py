@@ -80,7 +80,7 @@ def hf_activation_bytes_per_layer(
     bytes in 16 bits (Korthikanti et al. 2022)."""
     s, b = seq_len, micro_batch_size
     if recompute:
-        return float(dtype_bytes * s * b * hidden_size)
+        return layer_input_bytes(s, b, hidden_size, dtype_bytes)
     c_h, c_i, replicated = HF_SAVED_ELEMENTS[family]
     elements = (
         replicated * hidden_size + ((c_h - replicated) * hidden_size + c_i * intermediate_size) / tp
@@ -129,3 +129,60 @@ def pipeline_logits_held_bytes(
     m = num_micro_batches
     per_logit = m * dtype_bytes + ((m - 1) * BYTES_PER_DTYPE["fp32"] if all_forwards_first else 0)
     return seq_len * micro_batch_size * vocab_size * per_logit
+
+
+def layer_input_bytes(
+    seq_len: int, micro_batch_size: int, hidden_size: int, dtype_bytes: int
+) -> float:
+    """What a checkpointed decoder layer keeps: its input hidden states, s·b·h in the
+    activations' dtype (not split by TP without sequence parallelism)."""
+    return float(dtype_bytes * seq_len * micro_batch_size * hidden_size)
+
+
+def num_recomputed_layers(mode: str, every: int, num_layers: float) -> float:
+    """How many of a device's `num_layers` decoder layers (a pipeline stage's share: may be
+    fractional) recompute their forward in backward: none 0; full all; selective every
+    `every`-th, ⌊num_layers / every⌋ (ranks/layers.py recomputed_layers picks which)."""
+    if mode == "full":
+        return float(num_layers)
+    if mode == "selective":
+        return float(int(num_layers // every))
+    return 0.0
+
+
+def checkpointed_layer_terms(
+    per_layer_bytes: float,
+    layer_input_bytes: float,
+    num_layers: float,
+    num_recomputed: float,
+    in_flight: int,
+    loss_peak_bytes: float,
+) -> dict[str, float]:
+    """The decoder layers' share of the forward/backward peak with `num_recomputed` of
+    `num_layers` layers checkpointed (torch's non-reentrant checkpoint keeps a checkpointed
+    layer's inputs and nothing inside it; Chen et al. 2016, Korthikanti et al. 2022 §5):
+
+        activations_layers    = m·((L − r)·per_layer + r·input)   per micro-batch in flight m
+        activations_recompute = max(0, per_layer − loss_peak)     when r > 0
+
+    In backward one checkpointed layer at a time runs its forward again and holds what it saves
+    (one layer's working set, `per_layer_bytes`), after the loss's backward has freed the
+    logits' peak (`loss_peak_bytes`): the two come one after the other, so the recompute adds
+    only what exceeds the loss's peak. Without checkpointing: the stored layers alone."""
+    stored = (num_layers - num_recomputed) * per_layer_bytes
+    terms = {"activations_layers": in_flight * (stored + num_recomputed * layer_input_bytes)}
+    if num_recomputed > 0:
+        terms["activations_recompute"] = max(0.0, per_layer_bytes - loss_peak_bytes)
+    return terms
+
+
+def recompute_flops_fraction(
+    layer_forward_flops_per_token: float, num_recomputed: float, train_flops_per_token: float
+) -> float:
+    """The compute a step adds by recomputing: the recomputed layers' forward once more
+    (`num_recomputed` × a layer's forward FLOPs per token) over the step's model FLOPs per
+    token (6N + 12·L·h·s: forward + backward). Full recomputation of every layer adds about a
+    third (one more forward: Korthikanti et al. 2022, §5: 33 %)."""
+    if train_flops_per_token <= 0:
+        return 0.0
+    return num_recomputed * layer_forward_flops_per_token / train_flops_per_token

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from distbench.figures.activations import num_recomputed_layers, recompute_flops_fraction
 from distbench.figures.communication import (
     Links,
     collectives_per_group,
@@ -23,7 +24,7 @@ from distbench.figures.communication import (
     resolve_links,
 )
 from distbench.figures.memory import Memory, cpu_runtime_bytes, memory_per_device
-from distbench.figures.metrics import BYTES_PER_DTYPE
+from distbench.figures.metrics import BYTES_PER_DTYPE, train_flops_per_token
 from distbench.figures.model_states import StateBytes, deepspeed_host_bytes_per_node
 from distbench.figures.params import ParamSplit, param_split, params_per_model_shard
 from distbench.figures.step_time import (
@@ -99,7 +100,8 @@ def device_shard(job: Job) -> Shard:
 
 
 def job_memory(job: Job, shard: Shard, *, recompute: bool) -> Memory:
-    """`memory_per_device` with the job's model, batch, engine and recipe."""
+    """`memory_per_device` with the job's model, batch, engine, recipe and activation
+    checkpointing (recompute=True: full, whatever the job's)."""
     model, batch, strategy = job.model, job.batch, job.strategy
     device_is_host = job.device == "cpu"
     return memory_per_device(
@@ -126,6 +128,8 @@ def job_memory(job: Job, shard: Shard, *, recompute: bool) -> Memory:
         runtime_bytes=cpu_runtime_bytes(job.engine, device_is_host, shard.layout.world_size),
         tied_embeddings=model.tie_word_embeddings,
         pp_schedule=strategy.pp_schedule,
+        checkpointing=job.activation_checkpointing,
+        checkpointing_every=job.activation_checkpointing_every,
     )
 
 
@@ -199,10 +203,33 @@ def job_offload(job: Job, shard: Shard) -> tuple[float, float]:
     )
 
 
+def recompute_fraction(job: Job, shard: Shard) -> float:
+    """What activation checkpointing adds to a step's compute: the recomputed layers of this
+    device's stage (`num_recomputed_layers`, × pp for the model's) run their forward once more,
+    a fraction of the step's model FLOPs (`recompute_flops_fraction`); 0 without it."""
+    model, seq_len = job.model, job.batch.seq_len
+    per_stage = num_recomputed_layers(
+        job.activation_checkpointing, job.activation_checkpointing_every, shard.layers
+    )
+    layer_forward = 2.0 * shard.split.per_layer + 4.0 * model.hidden_size * seq_len
+    flops = train_flops_per_token(
+        shard.split.matmul, shard.split.num_layers, model.hidden_size, seq_len
+    )
+    return recompute_flops_fraction(layer_forward, per_stage * shard.layout.pp, flops)
+
+
 def compute_s(job: Job, shard: Shard, flops_per_token: float, efficiency: float) -> float:
-    """Forward + backward of a step: the measured parts' (`measured_compute_s`, with ZeRO-3's
-    probed host work per micro-batch) when hardware.time_source=measured, else the
-    efficiency model's (`efficiency_compute_s`)."""
+    """Forward + backward of a step, with the recompute of checkpointed layers
+    (`recompute_fraction`): the measured parts' (`measured_compute_s`, with ZeRO-3's probed
+    host work per micro-batch) when hardware.time_source=measured, else the efficiency
+    model's (`efficiency_compute_s`)."""
+    return (1.0 + recompute_fraction(job, shard)) * _fwd_bwd_s(
+        job, shard, flops_per_token, efficiency
+    )
+
+
+def _fwd_bwd_s(job: Job, shard: Shard, flops_per_token: float, efficiency: float) -> float:
+    """A step's forward + backward without recompute (compute_s)."""
     hardware, batch, layout = job.hardware, job.batch, shard.layout
     parts = measured_parts_s(hardware, job.measured)
     if parts:

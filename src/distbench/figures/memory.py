@@ -15,9 +15,18 @@
   one micro-batch, times the micro-batches a pipeline stage holds, plus the loss's logits and
   the backward's transient weight gradient;
 - the peak is the resident terms + max(forward/backward activations, optimizer-step
-  temporaries); on CPU + the process runtime (CPU_RUNTIME_GIB); on a GPU, fitting also needs
-  the CUDA context (CUDA_CONTEXT_GIB) and fragmentation (figures/predict.py).
-Not modelled: activation checkpointing unless --recompute, kernels' own workspaces.
+  temporaries); on CPU + the process runtime (CPU_RUNTIME_GIB);
+- when a term is alive: the torch engine frees its gradients after every step, so a step of
+  one micro-batch reaches its activation peak without them (`Memory.grads_transient`);
+  autocast's bf16 weight copies of a checkpointed layer die at the end of the forward, unless
+  the forward's end is the higher peak (`autocast_copies_recomputed`);
+- fitting (`fits_device`): on a GPU the peak must leave `gpu_headroom_bytes` free, the CUDA
+  context and FITS_HEADROOM_FRACTION of the device (what CUDA max allocated does not show).
+strategy=fsdp at world size 1 has nothing to shard: the torch engine runs it as one device
+under autocast (no FSDP2), and it is predicted so (`device_state_terms`).
+Activation checkpointing (`checkpointing`: none, full, selective every k-th layer; recompute=True
+is full) keeps a checkpointed layer's input and one layer's working set
+(activations.checkpointed_layer_terms). Not modelled: kernels' own workspaces.
 """
 
 from __future__ import annotations
@@ -27,10 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 from distbench.compose.schema import DEFAULT_PP_SCHEDULE
 from distbench.figures.activations import (
+    checkpointed_layer_terms,
     hf_activation_bytes_per_layer,
+    layer_input_bytes,
     loss_logits_bytes,
+    num_recomputed_layers,
     pipeline_logits_held_bytes,
 )
+from distbench.figures.alive import grads_freed_between_steps, when_alive
 from distbench.figures.metrics import BYTES_PER_DTYPE, GIB
 from distbench.figures.model_states import StateTerm, engine_state_terms, state_term_bytes
 from distbench.figures.params import ParamSplit, params_per_model_shard
@@ -50,10 +63,18 @@ CPU_RUNTIME_GIB = {"torch": 0.37, "deepspeed": 0.49}
 # workspace (fitted the same way: measured peak − prediction without it).
 CPU_COMM_RUNTIME_GIB = {"torch": 0.1, "deepspeed": 0.15}
 # What CUDA max allocated does not show but a device must hold: the CUDA context and
-# cuBLAS/NCCL workspaces (~0.5-1 GiB on an H100) and the caching allocator's fragmentation.
-# Added when deciding whether a layout fits, not to pred_peak_mem_gib.
+# cuBLAS/NCCL workspaces (~0.5-1 GiB on an H100). Kept free when deciding whether a layout
+# fits (`gpu_headroom_bytes`), not added to pred_peak_mem_gib.
 CUDA_CONTEXT_GIB = 0.75
-ALLOCATOR_FRAGMENTATION = 0.05
+# The share of a GPU's memory (hardware.mem_gib) that a layout which "fits" leaves unused
+# beyond the CUDA context: the caching allocator's reserved-but-unallocated blocks at the peak
+# (cached or split for other sizes: a request fails although the free bytes add up), and the
+# gap between the catalog's figure (nvidia-smi's total) and what torch can allocate. Measured:
+# llama3_8b bf16-mixed on one H200 (catalog 140.4 GiB, torch's total capacity 139.8) ran out
+# of memory with 134 GiB allocated, 6.4 GiB (4.6 % of 140.4) out of its reach
+# (benchmarks/gpu_runs/README.md); rounded up to 5 %.
+FITS_HEADROOM_FRACTION = 0.05
+ALLOCATOR_FRAGMENTATION = FITS_HEADROOM_FRACTION  # its former name
 
 
 @dataclass(frozen=True)
@@ -71,16 +92,36 @@ class Memory:
     buffers: float = 0.0
     step_temp: float = 0.0
     runtime: float = 0.0
+    # The part of `grads` not yet allocated at the forward/backward peak (freed after every
+    # step; one micro-batch per step): it counts at the optimizer step, beside step_temp.
+    grads_transient: float = 0.0
     terms: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def total(self) -> float:
-        resident = self.params + self.grads + self.optimizer + self.buffers + self.runtime
-        return resident + max(self.activations, self.step_temp)
+        grads_held = self.grads - self.grads_transient
+        resident = self.params + grads_held + self.optimizer + self.buffers + self.runtime
+        return resident + max(self.activations, self.step_temp + self.grads_transient)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in asdict(self).items() if k != "terms"}
         return {**out, "total": self.total}
+
+
+def gpu_headroom_bytes(device_mem_bytes: float) -> float:
+    """What a GPU keeps free beyond the predicted peak (CUDA max allocated) for a layout to
+    fit: the CUDA context (CUDA_CONTEXT_GIB) and FITS_HEADROOM_FRACTION of its memory."""
+    return CUDA_CONTEXT_GIB * GIB + FITS_HEADROOM_FRACTION * device_mem_bytes
+
+
+def fits_device(mem: Memory, device_mem_bytes: float | None) -> bool | None:
+    """The verdict: on a GPU, fits when the predicted peak ≤ the device's memory − its
+    headroom (`gpu_headroom_bytes`); on a CPU rank (a prediction with a runtime term: its peak
+    is the whole process's RSS), when it ≤ its share of the host's memory. None: unknown."""
+    if device_mem_bytes is None:
+        return None
+    headroom = 0.0 if mem.runtime else gpu_headroom_bytes(device_mem_bytes)
+    return mem.total <= device_mem_bytes - headroom
 
 
 def cpu_runtime_bytes(engine: str, device_is_host: bool, world_size: int) -> float:
@@ -110,12 +151,19 @@ class PlacedStates:
 
 
 def device_state_terms(
-    engine: str, dtype: str, precision: str, zero_stage: int, data_parallel: str | None
+    engine: str,
+    dtype: str,
+    precision: str,
+    zero_stage: int,
+    data_parallel: str | None,
+    dp: int = 2,
 ) -> list[StateTerm]:
     """`engine_state_terms`, less autocast's weight copies under FSDP2, which casts by its
-    MixedPrecisionPolicy instead (its bf16 copies are its gathered layers, a buffer)."""
+    MixedPrecisionPolicy instead (its bf16 copies are its gathered layers, a buffer). FSDP2
+    wraps only when there is something to shard: at dp = 1 the torch engine runs
+    data_parallel=fsdp as one device under autocast (engines/torch_native.py)."""
     terms = engine_state_terms(engine, dtype, precision, zero_stage)
-    if data_parallel == "fsdp":
+    if data_parallel == "fsdp" and dp > 1:
         terms = [t for t in terms if not t.name.startswith("autocast")]
     return terms
 
@@ -267,11 +315,15 @@ def activation_terms(
     engine: str,
     pp_schedule: str | None,
     tied_embeddings: bool,
+    checkpointing: str = "none",
+    checkpointing_every: int = 2,
 ) -> dict[str, float]:
     """The forward/backward peak's terms:
     - activations_layers: what one HF layer saves (`hf_activation_bytes_per_layer`) × the
       stage's layers × the micro-batches it holds (1F1B: min(pp, m); torch_pp's GPipe, its
-      default `pp_schedule`: all m);
+      default `pp_schedule`: all m); a checkpointed layer (`checkpointing`, or recompute=True:
+      full) keeps its input only, and activations_recompute is one layer's working set
+      (`checkpointed_layer_terms`);
     - activations_logits: the loss's logits (`loss_logits_bytes`; both engines keep the LM
       head whole under TP: torch_tp replicates it, AutoTP too), and under torch_pp those its
       last stage keeps (`pipeline_logits_held_bytes`);
@@ -287,7 +339,11 @@ def activation_terms(
         tp=layout.tp,
         dtype_bytes=dtype_bytes,
         attention_scores_stored=attention_scores_stored,
-        recompute=recompute,
+    )
+    layer_input = layer_input_bytes(seq_len, micro_batch_size, hidden_size, dtype_bytes)
+    stage_layers = split.num_layers / layout.pp
+    recomputed = num_recomputed_layers(
+        "full" if recompute else checkpointing, checkpointing_every, stage_layers
     )
     m = grad_accum_steps
     torch_pipeline = engine == "torch" and layout.pp > 1
@@ -304,8 +360,11 @@ def activation_terms(
             all_forwards_first=torch_gpipe,
         )
     transient = dtype_bytes * split.largest_matrix / layout.tp * (2 if tied_embeddings else 1)
+    layers = checkpointed_layer_terms(
+        per_layer, layer_input, stage_layers, recomputed, in_flight, loss_peak_bytes=logits
+    )
     return {
-        "activations_layers": per_layer * split.num_layers / layout.pp * in_flight,
+        **layers,
         "activations_logits": logits,
         "backward_grad_transient": transient,
     }
@@ -339,6 +398,8 @@ def memory_per_device(
     runtime_bytes: float = 0.0,
     tied_embeddings: bool = False,
     pp_schedule: str | None = None,
+    checkpointing: str = "none",
+    checkpointing_every: int = 2,
 ) -> Memory:
     """Every byte one device holds at its peak, by term (see `Memory` and this module's
     docstring): model states, the engine's buffers, activations, runtime."""
@@ -346,7 +407,7 @@ def memory_per_device(
     shard = params_per_model_shard(
         split, layout.tp, layout.pp, outside_layers_whole=engine == "torch"
     )
-    terms = device_state_terms(engine, dtype, precision, stage, data_parallel)
+    terms = device_state_terms(engine, dtype, precision, stage, data_parallel, layout.dp)
     offload = offload_optimizer and not device_is_host  # the device is not the host
     states = place_model_states(
         terms, shard, layout.dp, stage, offload=offload, offload_param=offload_param
@@ -371,14 +432,36 @@ def memory_per_device(
         engine=engine,
         pp_schedule=pp_schedule,
         tied_embeddings=tied_embeddings,
+        checkpointing=checkpointing,
+        checkpointing_every=checkpointing_every,
     )
-    device_states = {k: v for k, v in states.by_term.items() if v}
+    recomputed = num_recomputed_layers(
+        "full" if recompute else checkpointing, checkpointing_every, split.num_layers / layout.pp
+    )
+    alive = when_alive(
+        states.sums,
+        states.by_term,
+        acts,
+        split,
+        layout,
+        recomputed,
+        (seq_len, micro_batch_size, vocab_size),
+    )
+    transient = grads_freed_between_steps(
+        alive.sums["grads"],
+        engine=engine,
+        grad_accum_steps=grad_accum_steps,
+        pp=layout.pp,
+        device_is_host=device_is_host,
+    )
+    device_states = {k: v for k, v in alive.by_term.items() if v}
     return Memory(
-        activations=sum(acts.values()),
+        activations=sum(alive.acts.values()),
         host=states.host,
         buffers=sum(buffers.values()),
         step_temp=states.step_temp,
         runtime=runtime_bytes,
-        terms={**device_states, **buffers, **acts, "runtime": runtime_bytes},
-        **states.sums,
+        grads_transient=transient,
+        terms={**device_states, **buffers, **alive.acts, "runtime": runtime_bytes},
+        **alive.sums,
     )

@@ -179,11 +179,14 @@ def deepspeed_host_bytes_per_node(
     offload_param: bool,
     buffer_factor: float = 1.5,
 ) -> float:
-    """Host RAM per node an offload run needs, DeepSpeed's own figure
-    (`estimate_zero2_model_states_mem_needs(cpu_offload=True)`: Ψ·max(4·N, 16)·1.5;
-    `estimate_zero3_model_states_mem_needs(cpu_offload=True, zero_init=True)`: 18Ψ/nodes·1.5
-    with the parameters offloaded, 16Ψ/nodes·1.5 without), 1.5 = additional_buffer_factor."""
+    """Host RAM per node an offload run needs, from DeepSpeed's own estimators
+    (`estimate_zero3_model_states_mem_needs(cpu_offload=True, zero_init=True)`: 18Ψ/nodes·1.5
+    with the parameters offloaded, 16Ψ/nodes·1.5 without, a figure per node;
+    `estimate_zero2_model_states_mem_needs(cpu_offload=True)`: Ψ·max(4·N, 16)·1.5 with N all
+    the job's devices, a figure for the whole job: 4 bytes per parameter for every rank, and
+    the 16Ψ states, spread over the nodes, so divided by them here), 1.5 =
+    additional_buffer_factor."""
     total_devices = ranks_per_node * num_nodes
     if zero_stage == 3:
         return num_params * (18 if offload_param else 16) / num_nodes * buffer_factor
-    return num_params * max(4 * total_devices, 16) * buffer_factor
+    return num_params * max(4 * total_devices, 16) * buffer_factor / num_nodes

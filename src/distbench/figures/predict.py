@@ -40,7 +40,7 @@ from distbench.figures.job_terms import (
     job_precision,
     step_time_terms,
 )
-from distbench.figures.memory import ALLOCATOR_FRAGMENTATION, CUDA_CONTEXT_GIB, Memory
+from distbench.figures.memory import Memory, fits_device, gpu_headroom_bytes
 from distbench.figures.metrics import (
     GIB,
     cost_usd_per_1m_tokens,
@@ -75,16 +75,16 @@ class Prediction:
 
     @property
     def fits(self) -> bool | None:
-        if self.device_mem_bytes is None:
-            return None
-        return self.mem_needed_bytes <= self.device_mem_bytes
+        """Predicted peak ≤ device memory − headroom (figures/memory.py fits_device)."""
+        return fits_device(self.mem, self.device_mem_bytes)
 
     @property
     def mem_needed_bytes(self) -> float:
-        """The predicted peak plus, on a GPU, what CUDA max allocated does not show."""
+        """The predicted peak plus, on a GPU, the headroom a fit keeps free (the CUDA context
+        and a share of the device: figures/memory.py gpu_headroom_bytes)."""
         if self.mem.runtime or self.device_mem_bytes is None:
             return self.mem.total
-        return self.mem.total * (1 + ALLOCATOR_FRAGMENTATION) + CUDA_CONTEXT_GIB * GIB
+        return self.mem.total + gpu_headroom_bytes(self.device_mem_bytes)
 
     @property
     def comm_bytes_per_step(self) -> float:
@@ -130,7 +130,9 @@ def assumptions_of(
         "num_nodes": job.topology.num_nodes,
         "link_gbytes_per_s": links.per_group,
         "latency_s": links.latency_s,
-        "recompute": recompute,
+        "recompute": recompute or job.activation_checkpointing != "none",
+        "activation_checkpointing": job.activation_checkpointing,
+        "activation_checkpointing_every": job.activation_checkpointing_every,
         "precision": precision_tag(job.dtype, job_precision(job)),
         "host_mem_bytes_per_node": host_per_node,
         "time_source": (
@@ -154,7 +156,10 @@ def predict(
     of this module's docstring. job.hardware is resolved (hardware.resolve_hardware):
     peak_tflops_<dtype>, mem_gib, interconnect_gbps (GB/s), price_usd_per_hour. Without a peak
     (and without measured parts), times are None. The prediction's layout carries
-    zero_equivalent_stage as its zero_stage."""
+    zero_equivalent_stage as its zero_stage. recompute=True predicts the job with
+    activation_checkpointing=full (`distbench plan --recompute`)."""
+    if recompute:
+        job = job.replace(activation_checkpointing="full")
     model, batch, strategy, hardware = job.model, job.batch, job.strategy, job.hardware
     if model is None or batch is None or strategy is None:
         raise ValueError(f"workload={job.workload.name} builds no model: nothing to predict")

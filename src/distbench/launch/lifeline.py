@@ -11,6 +11,10 @@ session of its own, so nothing reaches them when the orchestrator is SIGKILLed (
 The signal fires when the thread that started the process exits: run_workers starts the group
 and waits for it in the same thread, so it holds for the group's whole life.
 
+A server (`distbench ui` / `server`: mlflow and the uvicorn worker it forks) is armed the same
+way, but the worker is mlflow's child, out of reach: `python -m distbench.launch.lifeline
+--group PGID` (start_group_guard) stops the server's whole process group once its parent dies.
+
 What the killed ranks leave in /dev/shm (DeepSpeed's 66 MB per rank, never unlinked) would stay
 with no one left to remove it: `python -m distbench.launch.lifeline PORT...`, started by
 run_workers in a session of its own, waits for its parent's death and then removes the files of
@@ -35,6 +39,8 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 AGENT_MARKERS = (b"torch.distributed.run", b"torchrun")
 WATCH_POLL_S = 0.5
 SHM_SETTLE_S = 2.0  # for the ranks' own deaths (their agent's is instant): a second pass
+GROUP_FLAG = "--group"  # `python -m distbench.launch.lifeline --group PGID PARENT`: guard_group
+GROUP_GRACE_S = 5.0  # for a guarded group to stop on SIGTERM before SIGKILL
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -112,5 +118,49 @@ def watch_parent(ports: list[int]) -> None:
             time.sleep(SHM_SETTLE_S)
 
 
+def start_group_guard(pgid: int) -> subprocess.Popen:
+    """Start the process that stops process group `pgid` (a server and the workers it forked,
+    which no parent-death signal reaches) once this process dies; it exits by itself when the
+    group is gone first. Its own session: outside the group it guards and the terminal's."""
+    guard = [sys.executable, "-m", "distbench.launch.lifeline", GROUP_FLAG, str(pgid)]
+    return subprocess.Popen(
+        [*guard, str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group `pgid` has a member (a zombie counts until it is reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def guard_group(pgid: int, parent: int) -> None:
+    """Wait until `parent` is no longer this process's parent, i.e. it died (then SIGTERM the
+    group, SIGKILL what is left after GROUP_GRACE_S), or the group is gone (nothing to do)."""
+    while os.getppid() == parent:
+        if not group_alive(pgid):
+            return
+        time.sleep(WATCH_POLL_S)
+    for sig, wait_s in ((signal.SIGTERM, GROUP_GRACE_S), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 if __name__ == "__main__":
-    watch_parent([int(port) for port in sys.argv[1:]])
+    if sys.argv[1:2] == [GROUP_FLAG]:
+        guard_group(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        watch_parent([int(port) for port in sys.argv[1:]])

@@ -115,9 +115,19 @@ def log_to_files(text: str, logger: logging.Logger = LOGGER) -> int:
     taken = 0
     for handler in file_handlers(logger):
         if record.levelno >= handler.level:
-            handler.handle(record)
+            _handle_quietly(handler, record)
             taken += 1
     return taken
+
+
+def _handle_quietly(handler: logging.Handler, record: logging.LogRecord) -> None:
+    """A log file that cannot take the line (a full disk, a read-only job dir) drops it without
+    logging's "--- Logging error ---" traceback: the line is on stdout already."""
+    raise_exceptions, logging.raiseExceptions = logging.raiseExceptions, False
+    try:
+        handler.handle(record)
+    finally:
+        logging.raiseExceptions = raise_exceptions
 
 
 class OwnLinesToLog(io.TextIOBase):

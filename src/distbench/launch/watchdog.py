@@ -20,6 +20,7 @@ import psutil
 
 from distbench.compose.schema import LimitsConfig
 from distbench.figures.metrics import GIB
+from distbench.launch.build_locks import describe_locks, torch_extensions_dir
 
 # Frames that mean "waiting for the other ranks", not "stuck on its own".
 COLLECTIVE_FRAMES = (
@@ -32,10 +33,15 @@ COLLECTIVE_FRAMES = (
     "recv",
 )
 STACK_DUMP_WAIT_S = 2.0
+AGENT_MODULE = "torch.distributed.run"  # what torchrun runs (launch/workers.py starts it so)
 
 
 def rank_processes(root_pid: int) -> dict[int, psutil.Process]:
-    """The rank processes under torchrun, by their RANK environment variable."""
+    """The rank processes under `root_pid` (torchrun, or node_agents over torchrun agents), by
+    their RANK environment variable: only a process that a torchrun agent started itself counts
+    as a rank. What a rank starts (the compilers of a DeepSpeed op build, a data loader's
+    workers) inherits its RANK but is not the rank: its memory is not the rank's, and a signal
+    meant for the rank must not reach it."""
     ranks = {}
     try:
         children = psutil.Process(root_pid).children(recursive=True)
@@ -44,21 +50,41 @@ def rank_processes(root_pid: int) -> dict[int, psutil.Process]:
     for child in children:
         try:
             rank = child.environ().get("RANK")
+            if rank is None or not rank.isdigit() or _is_agent(child):
+                continue
+            if not _is_agent(child.parent()):
+                continue
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if rank is not None and rank.isdigit():
-            ranks[int(rank)] = child
+        ranks[int(rank)] = child
     return ranks
+
+
+def _is_agent(process: psutil.Process | None) -> bool:
+    """Whether `process` is a torchrun agent: `python -m torch.distributed.run ...` or the
+    `torchrun` script (its argv, not any path in it that happens to hold the word)."""
+    if process is None:
+        return False
+    argv = process.cmdline()
+    return AGENT_MODULE in argv or any(Path(arg).name == "torchrun" for arg in argv[:2])
 
 
 class Watchdog:
     """Call check(pid) periodically while the group runs."""
 
-    def __init__(self, job_dir: Path, world_size: int, limits: LimitsConfig) -> None:
+    def __init__(
+        self,
+        job_dir: Path,
+        world_size: int,
+        limits: LimitsConfig,
+        extensions_dir: Path | None = None,
+    ) -> None:
         self.beats_dir = job_dir / "heartbeat"
         self.world_size = world_size
         self.limits = limits
         self.started_at = time.time()
+        # the ranks' compiled-op cache (worker_env's): a build lock there holds a rank's start
+        self.extensions_dir = extensions_dir or torch_extensions_dir(os.environ)
 
     def _heartbeats(self) -> dict[int, tuple[float, str]]:
         beats = {}
@@ -74,8 +100,10 @@ class Watchdog:
         startup = self.limits.startup_timeout_s
         if len(beats) < self.world_size and now - self.started_at > startup:
             missing = sorted(set(range(self.world_size)) - set(beats))
+            waited_on = describe_locks(self.extensions_dir)
             return "timeout", (
                 f"rank {missing[0]} did not start within limits.startup_timeout_s={startup:g}"
+                + (f" ({waited_on})" if waited_on else "")
             )
         stale = {
             r: (now - mtime, step)

@@ -12,7 +12,6 @@ collective_error, nccl_error.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from distbench.launch.build_locks import clear_before_launch, torch_extensions_dir
 from distbench.launch.lifeline import die_with_parent, start_shm_watcher
 from distbench.probes.threads import rank_threads
 
@@ -186,12 +186,7 @@ def worker_env(
     env.setdefault("OMP_NUM_THREADS", str(rank_threads(num_cores, sharing)))
     env["DS_ACCELERATOR"] = "cuda" if device == "cuda" else "cpu"
     env["LOCAL_SIZE"] = str(nproc_per_node)
-    # One cache per Python environment: builds from two venvs would overwrite each other's.
-    venv = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
-    env.setdefault(
-        "TORCH_EXTENSIONS_DIR",
-        str(Path.home() / ".cache" / "distbench" / f"torch_extensions-{venv}"),
-    )
+    env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir(env))  # one per Python environment
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
@@ -418,6 +413,8 @@ def run_workers(
     (stall, memory cap); then kill whatever is left (and its /dev/shm files). An earlier
     attempt's files are deleted first; stdout/stderr go to files in run_dir."""
     clear_attempt_files(run_dir)
+    if cmd[0] != "srun":  # a lock in a cluster's shared cache may be another node's build
+        clear_before_launch(env)  # a lock left by a killed build would hold every rank
     start = time.monotonic()
     oom_kills_before = oom_kill_count()
     stopped: tuple[str, str] | None = None

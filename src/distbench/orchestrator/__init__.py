@@ -7,11 +7,11 @@
                            workload's prepare hook: train's step parts and engine probe)
     launch    launching.py resolved.yaml, the launch plan, the ranks under the watchdog
     measure   measuring.py result.json → the workload's metrics and tags, or the failure's kind
-    record    recording.py outcome.json (outcome.py), the spooled MLflow run, then MLflow
+    record    recording.py the spooled MLflow run, outcome.json (outcome.py), then MLflow
 
-naming.py names the job (tags, run name); signals.py turns SIGTERM, Ctrl-C and SLURM's end of a
-job into failure kinds. The orchestrator never joins a process group and takes nothing of the
-composed config after resolve.
+naming.py names the job (tags, run name); signals.py turns SIGTERM, SIGHUP, Ctrl-C and SLURM's
+end of a job into failure kinds. The orchestrator never joins a process group and takes nothing
+of the composed config after resolve.
 
     python run.py strategy=zero3 world_size=2     # calls run_job() once
 """

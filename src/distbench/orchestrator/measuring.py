@@ -36,6 +36,9 @@ def measure_job(job: Job, launched: LaunchOutcome, outcome: Outcome, ctx: JobCon
             prior_errors(job.tracking, describe(job), measured.metrics, time_source)
         )
         add_result_tags(job, result, measured, outcome, ctx.label)
+        if measured.failure:  # the workload's verdict on what completed (train: diverged)
+            print(f"distbench: {ctx.label} failed ({measured.failure[0]}): {measured.failure[1]}")
+            outcome.fail(*measured.failure)
     else:
         add_failure(job, launched, outcome, ctx)
     outcome.metrics = measured.metrics

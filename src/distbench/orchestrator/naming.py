@@ -31,6 +31,8 @@ NAME_TAGS = (
     "hardware",
     "num_nodes",
     "ranks_per_node",
+    "activation_checkpointing",
+    "compile",
 )
 # What run_name() shows already: a sweep over these needs nothing more in the name.
 NAMED_KEYS = ("strategy", "world_size", "zero_stage", "workload")
@@ -57,7 +59,17 @@ def describe(job: Job | Refused) -> dict[str, str]:
         "hardware": job.hardware.name,
         "num_nodes": str(job.topology.num_nodes),
         "ranks_per_node": str(job.topology.ranks_per_node),
+        # a model job's activation checkpointing (none|full|selective) and, for a workload
+        # with a `compile` switch, whether it compiles (true|false)
+        **({"activation_checkpointing": job.activation_checkpointing} if not raw else {}),
+        **_compile_tag(job.workload),
     }
+
+
+def _compile_tag(workload: object) -> dict[str, str]:
+    """{"compile": "true"|"false"} for a workload whose schema has `compile`, else {}."""
+    chosen = getattr(workload, "compile", None)
+    return {} if chosen is None else {"compile": str(bool(chosen)).lower()}
 
 
 def workload_tag_keys(job: Job | Refused) -> tuple[str, ...]:
@@ -157,3 +169,15 @@ def strategy_name(tags: dict[str, str], job: Job | Refused | None) -> str:
     else:
         label = f"{workload}-{strategy}"
     return f"{label}-ws{ws}"
+
+
+def repeat_run_name(name: str, repeat: int) -> str:
+    """The run name of one repeat of a config (repeats=N): `dp-ws2 repeat=2`, or the repeat
+    after the swept values, `dp-ws2 micro_batch_size=4,repeat=2`."""
+    return f"{name},repeat={repeat}" if " " in name else f"{name} repeat={repeat}"
+
+
+def repeat_label(label: str, repeat: int, repeats: int) -> str:
+    """How one repeat's printed lines name it: `job 3/6 repeat 2/3` (the label alone when the
+    config runs once)."""
+    return label if repeats == 1 else f"{label} repeat {repeat}/{repeats}"

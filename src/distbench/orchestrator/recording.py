@@ -1,8 +1,11 @@
-"""The record step: outcome.json, the spooled MLflow run (tracking/spool.py), then MLflow. The
-job's child run is created RUNNING while its ranks start (start_live) and filled at the end:
-params (the job's tree, secrets masked), metrics, series, tags, artifacts. A store that is down
-or broken costs nothing measured: the run stays spooled in the job dir for `distbench sync`; a
-job dir that cannot be written is logged directly.
+"""The record step: the spooled MLflow run (tracking/spool.py), outcome.json, then MLflow, in
+that order: an orchestrator killed at any point leaves either nothing of the job's end (`sync`
+records it as orchestrator_lost) or its spooled run, which `sync` uploads. The job's child run
+is created RUNNING while its ranks start (start_live) and filled at the end: params (the job's
+tree, secrets masked), metrics, series, tags, artifacts. A store that is down or broken costs
+nothing measured: the run stays spooled in the job dir for `distbench sync`; a job dir that
+cannot be written (read-only, a full disk) is logged directly, into its live run, and its
+outcome is kept in memory for the sweep's end (tracking/job_outcomes.py).
 
     python -c "from distbench.orchestrator.recording import logged_params; \\
 print(logged_params({'fault': {'kind': 'none'}, 'world_size': 2}))"
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +28,7 @@ from distbench.job import Job
 from distbench.orchestrator.naming import NAME_TAGS, workload_tag_keys
 from distbench.orchestrator.outcome import JobContext, Outcome
 from distbench.orchestrator.refused import Refused
+from distbench.tracking.dashboard import with_headline, without_prediction_inputs
 from distbench.tracking.live import now_ms
 from distbench.tracking.signature import SIGNATURE_TAG
 from distbench.workloads import Measured
@@ -40,6 +45,9 @@ TAGGED_OUTCOME_KEYS = (
     "rank_launcher",
     "slurm_job_id",
     "tp_across_nodes",
+    "repeat",
+    "oversubscribed",
+    "oversubscribed_reason",
 )
 ARTIFACTS = (
     "resolved.yaml",
@@ -50,6 +58,9 @@ ARTIFACTS = (
     "workers.stderr.log",
     "stderr_tail.txt",
 )
+# The live run each job of this process started (its attempt: read_live's entry), by job dir: a
+# job dir that vanishes or cannot be read at the end still fills that run.
+_LIVE_ATTEMPTS: dict[str, dict[str, Any]] = {}
 
 
 def wall_ms(started: float) -> int:
@@ -93,7 +104,7 @@ def logged_params(config_tree: dict[str, Any]) -> dict[str, str]:
     fault = config_tree.get("fault")
     injected = isinstance(fault, dict) and fault.get("kind") not in (None, "none")
     tree = {k: v for k, v in config_tree.items() if k != "fault" or injected}
-    return flatten(tree)
+    return without_prediction_inputs(flatten(tree))  # measured.* stays in resolved.yaml
 
 
 def stamped_series(
@@ -149,14 +160,14 @@ def start_live(job: Job, uri: str | None, outcome: Outcome, ctx: JobContext) -> 
 def _start_live_run(job: Job, uri: str | None, outcome: Outcome, ctx: JobContext) -> Any:
     """The job's child run, created RUNNING now and streaming (tracking/live.py), or None
     (tracking off, or the store down: the run is then logged at the end or spooled)."""
-    from distbench.tracking.live import start_live_run
+    from distbench.tracking.live import read_live, start_live_run
     from distbench.tracking.secrets_mask import mask_text
     from distbench.tracking.sweep import PARENT_RUN_ENV
 
     if uri is None:
         return None
     try:
-        return start_live_run(
+        live = start_live_run(
             uri,
             job.tracking.experiment_name,
             outcome.run_name,
@@ -166,6 +177,8 @@ def _start_live_run(job: Job, uri: str | None, outcome: Outcome, ctx: JobContext
             os.environ.get(PARENT_RUN_ENV),
             float(job.tracking.system_metrics_interval_s or 0.0),
         )
+        _LIVE_ATTEMPTS[str(ctx.job_dir)] = read_live(ctx.job_dir) or {}
+        return live
     except Exception as exc:  # the store is down or broken: the job runs, its run is spooled
         why = mask_text(f"{type(exc).__name__}: {str(exc).strip()[:300]}").splitlines()[0]
         print(f"distbench: {ctx.label}: no live MLflow run ({why}); it is logged at the end")
@@ -188,29 +201,32 @@ def record(
     log_now: bool = True,
     times_ms: tuple[int, int] | None = None,
 ) -> Outcome:
-    """Write outcome.json and spool the MLflow run, then log it (unless log_now=False): into
-    the run the job created when it started (its attempt, named in the job dir), else a new
-    one; a tracking failure is reported (the run stays spooled for `distbench sync`), never
-    raised. A job dir that cannot be written (read-only, removed meanwhile) does not lose the
-    run: it is logged directly. The run spans the job's wall clock (`times_ms` when given)."""
+    """Spool the MLflow run, write outcome.json, then log the run (unless log_now=False): into
+    the run the job created when it started (its attempt), else a new one; a tracking failure
+    is reported (the run stays spooled for `distbench sync`), never raised. A job dir that
+    cannot be written (read-only, a full disk, removed meanwhile) does not lose the run: it is
+    logged directly. The run spans the job's wall clock (`times_ms` when given)."""
     from distbench.tracking.secrets_mask import mask_tree
     from distbench.tracking.sweep import resolve_tracking_uri
 
     outcome.orchestrator_time_s = time.monotonic() - ctx.started
-    write_outcome(ctx.job_dir, outcome)
     uri = resolve_tracking_uri(job.tracking, Path.cwd())
     if uri is None:
+        write_outcome(ctx.job_dir, outcome)
         return outcome
     artifacts = [ctx.job_dir / name for name in ARTIFACTS if name != "resolved.yaml"]
     artifacts += measured.artifacts
-    config_tree = mask_tree(job.tree())  # only the active workload's node, or what was composed
-    payload = run_payload(job, outcome, measured, ctx, config_tree, times_ms)
-    spool(job, outcome, payload, config_tree, artifacts, ctx.job_dir)
-    if not log_now and outcome.spool_error is None:
+    try:  # the payload first: a kill after outcome.json finds the run spooled
+        config_tree = mask_tree(job.tree())  # only the active workload's node, or as composed
+        payload = run_payload(job, outcome, measured, ctx, config_tree, times_ms)
+        spool(job, outcome, payload, config_tree, artifacts, ctx.job_dir)
+    finally:  # whatever raised above, the job has its outcome
         write_outcome(ctx.job_dir, outcome)
+    if not log_now and outcome.spool_error is None:
         return outcome
     log_run(uri, outcome, payload, artifacts, ctx.job_dir)
     write_outcome(ctx.job_dir, outcome)
+    _LIVE_ATTEMPTS.pop(str(ctx.job_dir), None)
     return outcome
 
 
@@ -223,18 +239,18 @@ def run_payload(
     times_ms: tuple[int, int] | None,
 ) -> dict[str, Any]:
     """The spooled run: params (`config_tree`, the job's tree with its secrets masked),
-    metrics, series, points, tags, its parent, its time span and the attempt the live run
-    started."""
+    metrics, series, points, tags, its parent, its time span, the job's outcome and the
+    attempt the live run started (a new one without a live run)."""
     from distbench.tracking.live import read_live, read_points
     from distbench.tracking.sweep import PARENT_RUN_ENV
 
     start_ms, end_ms = times_ms or (wall_ms(ctx.started), now_ms())
-    live = read_live(ctx.job_dir) or {}
+    live = read_live(ctx.job_dir) or _LIVE_ATTEMPTS.get(str(ctx.job_dir)) or {}
     return {
         "experiment_name": job.tracking.experiment_name,
         "run_name": outcome.run_name,
         "params": logged_params(config_tree),
-        "metrics": measured.metrics,
+        "metrics": with_headline(measured.metrics),  # + headline/*: MLflow's first charts
         "series": stamped_series(measured.series, ctx.job_dir),
         "points": read_points(ctx.job_dir),
         "tags": run_tags(job, outcome, ctx.job_dir, ctx.project_dir, extra=measured.tags),
@@ -243,7 +259,9 @@ def run_payload(
         "parent_run_id": os.environ.get(PARENT_RUN_ENV),
         "start_time_ms": start_ms,
         "end_time_ms": end_ms,
-        **{k: live[k] for k in ("attempt_id", "attempt", "previous_run_id") if live.get(k)},
+        "outcome": outcome.as_dict(),  # `sync` writes it back if the job died before it did
+        "attempt_id": live.get("attempt_id") or uuid.uuid4().hex,
+        **{k: live[k] for k in ("attempt", "previous_run_id") if live.get(k)},
     }
 
 
@@ -286,7 +304,7 @@ def log_run(
 
     try:
         if outcome.spool_error is not None:
-            outcome.run_id = _log_unspooled(uri, payload, artifacts, outcome.spool_error)
+            outcome.run_id = _log_unspooled(uri, payload, artifacts, outcome.spool_error, job_dir)
         else:
             outcome.run_id = upload(uri, job_dir)
     except Exception as exc:  # nothing measured is lost: the run is spooled in the job dir
@@ -298,26 +316,28 @@ def log_run(
 
 
 def write_outcome(job_dir: Path, outcome: Outcome) -> None:
-    """outcome.json, unless the job dir cannot be written (the run is then logged directly)."""
+    """outcome.json, unless the job dir cannot be written: the run is then logged directly and
+    the outcome kept for the sweep's end (job_outcomes.with_unwritten)."""
+    from distbench.tracking.job_outcomes import remember_unwritten
+
     try:
         write_json_atomic(job_dir / "outcome.json", outcome.as_dict())
     except OSError as exc:
         if outcome.spool_error is None:
             outcome.spool_error = f"{type(exc).__name__}: {exc}"[:2000]
+        remember_unwritten(job_dir, outcome.as_dict())
+    else:
+        remember_unwritten(job_dir, None)
 
 
 def _log_unspooled(
-    uri: str, payload: dict[str, Any], artifacts: list[Path], spool_error: str
+    uri: str, payload: dict[str, Any], artifacts: list[Path], spool_error: str, job_dir: Path
 ) -> str:
-    """Log a run whose job dir could not hold its spool: straight to the store, with the job
-    dir's files that exist as artifacts and the reason in a `spool_error` tag."""
-    from distbench.tracking.mlflow_store import ensure_experiment
-    from distbench.tracking.spool import log_payload
+    """Log a run whose job dir could not hold its spool: straight to the store (into the run
+    the job started, when it did), with the job dir's files that exist as artifacts and the
+    reason in a `spool_error` tag."""
+    from distbench.tracking.spool import upload_payload
 
-    return log_payload(
-        uri,
-        ensure_experiment(uri, payload["experiment_name"]),
-        payload,
-        tags={**payload["tags"], "spool_error": spool_error},
-        artifacts=[p for p in artifacts if p.is_file()],
-    )
+    existing = [p for p in artifacts if p.is_file()]
+    tags = {"spool_error": spool_error}
+    return upload_payload(uri, job_dir, payload, existing, tags)[0]

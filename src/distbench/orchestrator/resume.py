@@ -1,7 +1,9 @@
 """resume=true: a job whose signature already has a FINISHED run (or a FAILED one, unless
 retry_failed=true) is skipped, and stands in this sweep by that earlier run: its outcome takes
 the run's id, status and metrics, and the run a tag naming this sweep's parent (the report of
-the sweep then shows the whole grid).
+the sweep then shows the whole grid). A run of a sweep whose process died (SIGKILL) is still
+RUNNING: that sweep is closed first (tracking/lost.py: its parent KILLED, its unfinished jobs
+orchestrator_lost), and a job whose orchestrator was lost is rerun (nothing was decided).
 
     python run.py -m strategy=dp,zero3 world_size=2 resume=true   # reruns nothing that finished
 """
@@ -17,11 +19,14 @@ from distbench.job import Job
 from distbench.orchestrator.naming import workload_tag_keys
 from distbench.orchestrator.outcome import JobContext, Outcome
 from distbench.orchestrator.refused import Refused
+from distbench.orphans import LOST_KIND
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG
 
 
 def previous_run(tracking: Any, signature: str) -> Any | None:
-    """The newest run with this signature (a FINISHED one first), if the store has one."""
+    """The newest run with this signature (a FINISHED one first), if the store has one; the
+    sweeps known dead that left one of them RUNNING are closed first."""
+    from distbench.tracking.lost import close_dead_runs
     from distbench.tracking.mlflow_store import ensure_experiment, find_runs
     from distbench.tracking.sweep import resolve_tracking_uri
 
@@ -30,6 +35,8 @@ def previous_run(tracking: Any, signature: str) -> Any | None:
         return None
     experiment_id = ensure_experiment(uri, tracking.experiment_name)
     runs = find_runs(uri, experiment_id, {SIGNATURE_TAG: signature})
+    if close_dead_runs(uri, runs, by="resume=true"):  # their statuses changed
+        runs = find_runs(uri, experiment_id, {SIGNATURE_TAG: signature})
     finished = [r for r in runs if r.info.status == "FINISHED"]
     return (finished or runs or [None])[0]
 
@@ -40,6 +47,8 @@ def resume_decision(job: Job | Refused, signature: str) -> tuple[str, Any] | Non
     if previous is None:
         return None
     status, run_id = previous.info.status, previous.info.run_id
+    if previous.data.tags.get("failure_kind") == LOST_KIND:
+        return None  # its orchestrator died during the job: nothing was decided, run it
     if status == "FINISHED":
         return f"already FINISHED as run {run_id} (signature {signature})", previous
     if status == "FAILED" and not job.retry_failed:

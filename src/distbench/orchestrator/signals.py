@@ -1,6 +1,7 @@
-"""What ended a job from outside: a SIGTERM (scancel, kill, a CI timeout) raised as JobCancelled
-in the orchestrator's main thread, Ctrl-C, or SLURM itself (cancelled, its time limit, a lost
-node), each as a (failure_kind, reason).
+"""What ended a job from outside: a SIGTERM (scancel, kill, a CI timeout) or a SIGHUP (its
+terminal or ssh session closed) raised as JobCancelled in the orchestrator's main thread,
+Ctrl-C, or SLURM itself (cancelled, its time limit, a lost node), each as a (failure_kind,
+reason). run.py exits 128 + the signal's number (143, 129; 130 for Ctrl-C).
 
     python -c "from distbench.orchestrator.signals import sigterm_cause; \\
 print(sigterm_cause('signal SIGTERM'))"
@@ -23,21 +24,53 @@ SCHEDULER_STATE_WAIT_S = 5.0
 SLURM_LAUNCHER_ENV = "DISTBENCH_SLURM_LAUNCHER"
 
 
+# Signals that stop the job and the sweep as `cancelled` (Python's default for each would exit
+# without running atexit, leaving the sweep's parent RUNNING).
+CANCELLING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 class JobCancelled(BaseException):
-    """SIGTERM reached the orchestrator (scancel, kill, a CI timeout). A BaseException, like
-    KeyboardInterrupt, so that nothing on the way swallows it: the job is recorded as
-    `cancelled`, then the sweep stops and its parent run is closed."""
+    """SIGTERM or SIGHUP reached the orchestrator (scancel, kill, a CI timeout, a closed
+    terminal). A BaseException, like KeyboardInterrupt, so that nothing on the way swallows it:
+    the job is recorded as `cancelled`, then the sweep stops and its parent run is closed.
+    `returncode`: what run.py exits with (128 + the signal's number)."""
+
+    def __init__(self, message: str, returncode: int = 128 + signal.SIGTERM) -> None:
+        super().__init__(message)
+        self.returncode = returncode
 
 
 def raise_on_sigterm(signum: int, frame: Any) -> None:
-    raise JobCancelled(f"signal {signal.Signals(signum).name}")
+    if signum == signal.SIGHUP:
+        _leave_hung_up_terminal()
+    raise JobCancelled(f"signal {signal.Signals(signum).name}", 128 + signum)
+
+
+def _leave_hung_up_terminal() -> None:
+    """After a SIGHUP, stdout and stderr that are a terminal point at /dev/null: writing to a
+    terminal that has gone fails (EIO), and the job's record must not die of its own line."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            if os.isatty(fd):
+                os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def install_sigterm_handler() -> None:
-    """SIGTERM → JobCancelled in the main thread (Python's default would exit without running
-    atexit, leaving the sweep's parent RUNNING)."""
+    """SIGTERM and SIGHUP → JobCancelled in the main thread."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, raise_on_sigterm)
+        for signum in CANCELLING_SIGNALS:
+            signal.signal(signum, raise_on_sigterm)
+
+
+def exit_code(exc: BaseException) -> int:
+    """What run.py exits with when a job was stopped: 130 for Ctrl-C, 128 + the signal's
+    number for a JobCancelled (143 for SIGTERM, 129 for SIGHUP)."""
+    if isinstance(exc, JobCancelled):
+        return exc.returncode
+    return 130
 
 
 def interruption_cause(exc: BaseException) -> tuple[str, str]:

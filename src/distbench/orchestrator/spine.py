@@ -5,13 +5,16 @@ with an outcome (outcome.json in its dir, and an MLflow run when tracking is on)
 raises inside is recorded as `orchestrator_error`; a SIGTERM or Ctrl-C as `cancelled` (or
 SLURM's kind), then raised, to stop the sweep. `record_failure` records a job that could not
 record itself (SLURM ended it, its orchestrator was killed); `precheck` is run.py's refusal of
-a single run before anything starts.
+a single run before anything starts. With `repeats=N` the prepared job is launched, measured
+and recorded N times (orchestrator/repeats.py); each launch is watched for an oversubscribed
+host (orchestrator/host_watch.py).
 
     python run.py strategy=zero3 world_size=2     # calls run_job() once
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -21,9 +24,11 @@ from omegaconf import DictConfig
 
 from distbench.compose.schema import ConfigError
 from distbench.job import Job
+from distbench.orchestrator import repeats as repeating
+from distbench.orchestrator.host_watch import HostWatch
 from distbench.orchestrator.launching import device_shortfall, launch_job, plan_job
 from distbench.orchestrator.measuring import measure_job
-from distbench.orchestrator.naming import job_label
+from distbench.orchestrator.naming import job_label, repeat_label, repeat_run_name
 from distbench.orchestrator.outcome import JobContext, Outcome, new_outcome
 from distbench.orchestrator.recording import record
 from distbench.orchestrator.refused import Refused, refused_job, resolve, resolve_or_refuse
@@ -35,7 +40,7 @@ from distbench.orchestrator.signals import (
 )
 from distbench.orphans import mark_owner
 from distbench.tracking.live import forget_live
-from distbench.workloads import Measured
+from distbench.workloads import Measured, metric_catalog
 
 
 def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -> dict[str, Any]:
@@ -46,7 +51,10 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     job: Job | Refused | None = None
     try:
         job = resolve_or_refuse(cfg, conf_dir)
-        return _run(job, ctx).as_dict()
+        repeats, refusal = repeating.repeats_of(cfg)
+        if refusal and not isinstance(job, Refused):
+            job = refused_job(cfg, refusal)
+        return _run(job, ctx, repeats).as_dict()
     except (KeyboardInterrupt, JobCancelled) as exc:
         if isinstance(exc, JobCancelled) and os.environ.get(SLURM_LAUNCHER_ENV):
             raise  # distbench's SLURM launcher records it with the state SLURM ends it in
@@ -62,8 +70,8 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
 _ERROR = "orchestrator_error"
 
 
-def _run(job: Job | Refused, ctx: JobContext) -> Outcome:
-    """The spine: the resolved job (or its refusal) → its recorded outcome."""
+def _run(job: Job | Refused, ctx: JobContext, repeats: int = 1) -> Outcome:
+    """The spine: the resolved job (or its refusal) → its recorded outcome (the last repeat's)."""
     outcome = new_outcome(job, ctx)
     mark_owner(ctx.job_dir)  # a SIGKILLed orchestrator leaves this: `distbench sync` records it
     forget_live(ctx.job_dir)  # an earlier execution's live run is not this attempt
@@ -74,12 +82,70 @@ def _run(job: Job | Refused, ctx: JobContext) -> Outcome:
     _say_single_rank(job, ctx.label)
     try:
         job = _prepare(job)
-        launch = plan_job(job, outcome, ctx)
-    except ConfigError as exc:
+        return _repeat(job, outcome, ctx, repeats)
+    except ConfigError as exc:  # a launch this machine cannot make: refused, in the job dir
         return _refuse(job, outcome, ctx, str(exc))
+
+
+def _repeat(job: Job, outcome: Outcome, ctx: JobContext, repeats: int) -> Outcome:
+    """Launch, measure and record the prepared job `repeats` times: repeats 1..N-1 each in its
+    own dir and run, the last into the job dir and `outcome`, with the spread of them all."""
+    if repeats == 1:
+        return _attempt(job, outcome, ctx)
+    earlier = []
+    for repeat in range(1, repeats):
+        sub_ctx = _repeat_context(ctx, repeat, repeats)
+        forget_live(sub_ctx.job_dir)
+        sub = new_outcome(job, sub_ctx)
+        sub.signature = outcome.signature  # the job's, as resolved (before prepare measured)
+        earlier.append(_attempt(job, _as_repeat(sub, repeat), sub_ctx))
+    last_ctx = _repeat_context(ctx, repeats, repeats)
+    return _attempt(job, _as_repeat(outcome, repeats), last_ctx, earlier)
+
+
+def _repeat_context(ctx: JobContext, repeat: int, repeats: int) -> JobContext:
+    """Repeat `repeat` of `repeats`: its dir, its label, its own start."""
+    return dataclasses.replace(
+        ctx,
+        job_dir=repeating.repeat_dir(ctx.job_dir, repeat, repeats),
+        label=repeat_label(ctx.label, repeat, repeats),
+        started=time.monotonic(),
+    )
+
+
+def _as_repeat(outcome: Outcome, repeat: int) -> Outcome:
+    """The outcome of one repeat: tagged `repeat`, named `dp-ws2 repeat=2`."""
+    outcome.update({repeating.REPEAT_TAG: str(repeat)})
+    outcome.run_name = repeat_run_name(outcome.run_name or "", repeat)
+    return outcome
+
+
+def _attempt(
+    job: Job, outcome: Outcome, ctx: JobContext, earlier: list[Outcome] | None = None
+) -> Outcome:
+    """One launch of the prepared job, measured and recorded; the host watched around its
+    ranks; `earlier`: the repeats before this last one, whose spread its run logs."""
+    launch = plan_job(job, outcome, ctx)
+    watch = HostWatch.begin(ctx.label, launch.ranks_here, outcome)
     launched = launch_job(job, launch, outcome, ctx)
     measured = measure_job(job, launched, outcome, ctx)
+    watch.end(measured, outcome)
+    if earlier is not None:
+        _add_spread(measured, [*earlier, outcome], ctx.label)
     return record(job, outcome, measured, ctx)
+
+
+def _add_spread(measured: Measured, repeats: list[Outcome], label: str) -> None:
+    """The spread across the repeats that finished, for each headline metric, into the last
+    repeat's metrics; one line with the step time's (or throughput's)."""
+    finished = [r.metrics or {} for r in repeats if r.status == "FINISHED"]
+    headline = [name for name, spec in metric_catalog().items() if spec.headline]
+    measured.metrics.update(repeating.spread_metrics(finished, headline))
+    for name in headline:
+        line = repeating.spread_line(label, finished, name)
+        if line:
+            print(line, flush=True)
+            return
 
 
 def _prepare(job: Job) -> Job:
@@ -155,5 +221,8 @@ def precheck(cfg: DictConfig, conf_dir: Path) -> str | None:
     job, refusal = resolve(cfg, conf_dir)
     if job is None:
         return refusal
+    _, bad_repeats = repeating.repeats_of(cfg)
+    if bad_repeats:
+        return bad_repeats
     local = job.topology.rank_launcher == "local_nodes"
     return device_shortfall(job.device, job.world_size if local else job.topology.ranks_per_node)

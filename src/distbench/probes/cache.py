@@ -1,8 +1,11 @@
 """The probes' cache: one JSON object per file in ~/.cache/distbench/ ($DISTBENCH_CACHE_DIR
 overrides the folder), keyed by what a measurement depends on (host, device, shape, ...).
 
-A file or an entry that is not what a probe wrote (a `null`, a list, a damaged or older entry)
-reads as missing: it is measured again, never raised. Writers hold a lock (jobs may overlap).
+A file or an entry that is not what a probe wrote (a `null`, a list, truncated or binary text, a
+damaged or older entry) reads as missing: it is measured again and the file rewritten as an
+object, never raised. Each reader passes what its entry must be (`valid`). Writers hold a lock
+(jobs may overlap). The train workload's equivalence reference (reference_losses.json) lives here
+too.
 
     python -c "from distbench.probes.cache import read_cache; print(read_cache('step_parts.json'))"
 """
@@ -30,7 +33,7 @@ def read_cache(file_name: str) -> dict[str, Any]:
     when the file does not hold a JSON object)."""
     try:
         cache = json.loads((cache_dir() / file_name).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # missing, binary, truncated, absurdly nested
         return {}
     return cache if isinstance(cache, dict) else {}
 
@@ -40,16 +43,15 @@ def is_record(entry: Any) -> bool:
     return isinstance(entry, dict)
 
 
-def cached_entry(
-    file_name: str, key: str, valid: Callable[[Any], bool] = is_record
-) -> dict[str, Any] | None:
+def cached_entry(file_name: str, key: str, valid: Callable[[Any], bool] = is_record) -> Any:
     """The entry under `key` when `valid` accepts it, else None (measure it again)."""
     entry = read_cache(file_name).get(key)
     return entry if valid(entry) else None
 
 
-def store(file_name: str, key: str, entry: dict[str, Any]) -> None:
-    """Add one measurement to the cache, under the file's lock."""
+def store(file_name: str, key: str, entry: Any) -> None:
+    """Add one measurement (a JSON value) to the cache, under the file's lock; a file that held
+    no JSON object is replaced by one."""
     path = cache_dir() / file_name
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.with_suffix(".lock")):

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from distbench.launch.lifeline import die_with_parent
+
 # What a probe subprocess or its cache can raise: the job then goes on without its figures.
 PROBE_ERRORS = (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError, TypeError)
 
@@ -89,12 +91,20 @@ def run_probe(
     args: list[str], env: dict[str, str] | None = None, timeout_s: float = 600.0
 ) -> dict[str, Any]:
     """`python <args>` (args start with `-m distbench.<module>`): its last stdout line, one
-    JSON document. A non-zero exit raises SubprocessError naming the probe and its last stderr
-    line; under cache_only() nothing starts (NotMeasured)."""
+    JSON document. The probe dies with this process, even SIGKILLed (the ranks' parent-death
+    signal, launch/lifeline.py). A non-zero exit raises SubprocessError naming the probe and its
+    last stderr line; under cache_only() nothing starts (NotMeasured)."""
     if not probing_allowed():
         raise NotMeasured()
     cmd = [sys.executable, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+        preexec_fn=die_with_parent(),  # a SIGKILLed orchestrator takes its probe with it
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         probe = args[1].rsplit(".", 1)[-1]

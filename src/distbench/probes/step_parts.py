@@ -211,6 +211,13 @@ def measured_step_parts(
         args += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
         args += ["--device-name", device_name, "--threads", str(threads)]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if device == "cpu" else None
+        if runner.probing_allowed() and key not in _FAILED:  # a log says what the wait is
+            print(
+                f"distbench: timing the step parts of a {micro_batch_size} x {seq_len} "
+                f"{dtype} micro-batch on {device_name} (once per shape, then cached) ...",
+                file=sys.stderr,
+                flush=True,
+            )
         figures = runner.once(_FAILED, key, lambda: _probed(args, env, timeout_s))
     return MeasuredParts.from_figures(figures)
 

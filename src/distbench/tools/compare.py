@@ -22,37 +22,45 @@ The rule, per configuration and metric (pure functions below, no MLflow in them)
     regression  when worse % > threshold % AND worse % > noise %
     improved    when -worse % > threshold % AND -worse % > noise %
     within noise  when worse % > threshold % but not beyond the noise; ok otherwise.
+    cannot judge  a regression or improvement of a timed metric (any but memory) from one run a
+                side: one run measures no run-to-run noise, so the change must also exceed
+                SINGLE_RUN_NOISE_PCT (`--single-run-noise-pct`), the worst this project saw
+                between identical single runs; from a run tagged `oversubscribed` (its host had
+                more work than cores), no change is judged. repeats=N gives samples instead.
 
 A configuration that finished in the baseline and only failed in the candidate is a regression
-too (`failed in candidate`); one present in a single sweep is listed, not judged.
+too (`failed in candidate`); one present in a single sweep is listed, not judged. Only a
+regression exits 1: `cannot judge` exits 0 and says how to get samples.
 
-The comparison is logged as its own MLflow run in the candidate's experiment (tag
-`distbench.kind=compare`, params `baseline_run_id`, `candidate_run_id`, `threshold_pct`,
-`metrics`; metrics `num_regressions`, `num_configs_regressed`, `num_configs_compared`; the table
-as artifacts `compare/compare.md` and `compare/compare.csv`), and the candidate's parent run is
-tagged `distbench.compare_run_id` and `distbench.num_regressions`.
+The comparison is logged as its own MLflow run in the candidate's experiment, and the
+candidate's parent run names it (tools/compare_log.py).
 
     distbench compare --baseline <parent run id> --candidate latest      # exit 1 on a regression
     distbench compare --baseline previous     # the newest sweep against the one just before it
     distbench compare --baseline multirun/2026-11-22/10-00-00 --candidate sweep-02-00-00
     distbench compare --baseline ID --candidate ID --threshold-pct 10 --metrics step_time_s_p50
+    distbench compare --baseline ID --single-run-noise-pct 10   # a quiet GPU host: judge one run
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from distbench.figures.fair import (
+    layout_of,
+    layout_of_params,
+    tokens_of_params,
+    tokens_per_step_of,
+    tokens_text,
+)
 from distbench.figures.metrics import step_spread_pct
-from distbench.tools.report.views import markdown_table
-from distbench.tracking.live import now_ms
-from distbench.tracking.mlflow_store import retry
 from distbench.tracking.signature import SIGNATURE_TAG
 from distbench.workloads import metric_catalog
 
@@ -66,6 +74,16 @@ FAILED = "failed in candidate"
 IMPROVED = "improved"
 WITHIN_NOISE = "within noise"
 OK = "ok"
+CANNOT_JUDGE = "cannot judge"
+# The worst change of a timed figure between two single runs of one configuration that the host
+# alone produced in this project: single pairs of identical steps ran 0.72x-1.37x apart on a
+# 2-core host at load 1-2 (benchmarks/README.md, harness overhead), and two identical sweeps at
+# load 6-7 differed by -55.7 % (a host that busy is tagged oversubscribed and never judged from
+# one run). Below this, one run a side cannot tell a regression from the host's noise.
+SINGLE_RUN_NOISE_PCT = 40.0
+# Units of the metrics a busy host does not move (memory): judged from one run too.
+UNTIMED_UNITS = frozenset({"GiB"})
+OVERSUBSCRIBED_TAG = "oversubscribed"  # orchestrator/host_watch.py's
 REGRESSION_VERDICTS = frozenset({REGRESSION, FAILED})
 UNPAIRED_VERDICTS = frozenset({"only in baseline", "only in candidate"})
 
@@ -80,6 +98,8 @@ class RunSample:
     status: str
     metrics: Mapping[str, float] = field(default_factory=dict)
     machine: str = ""
+    oversubscribed: bool = False  # its host had more work than cores (tag oversubscribed)
+    layout: str = ""  # `2×1×1 1,024 tok`: dp×tp×pp and tokens per step (figures/fair.py)
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,7 @@ class Row:
     noise_pct: float | None
     verdict: str
     note: str = ""
+    layout: str = ""  # the configuration's dp×tp×pp and tokens per step (RunSample.layout)
 
     @property
     def regression(self) -> bool:
@@ -120,6 +141,34 @@ def from_step_time(metric: str) -> bool:
     return spec is not None and spec.step_time
 
 
+def timed(metric: str) -> bool:
+    """Whether a busy host moves `metric`: everything but memory (UNTIMED_UNITS)."""
+    spec = metric_catalog().get(metric)
+    return spec is None or spec.unit not in UNTIMED_UNITS
+
+
+def single_run_bound(
+    metric: str,
+    baseline: Sequence[RunSample],
+    candidate: Sequence[RunSample],
+    single_run_noise_pct: float,
+) -> float | None:
+    """The change `metric` must exceed to be judged when each side has one run (None: judged
+    as usual): SINGLE_RUN_NOISE_PCT for a timed metric, any change (inf) when a run was
+    oversubscribed."""
+    if len(baseline) > 1 or len(candidate) > 1 or not timed(metric):
+        return None
+    if any(r.oversubscribed for r in (*baseline, *candidate)):
+        return math.inf
+    return single_run_noise_pct
+
+
+def cannot_judge_note(bound: float) -> str:
+    """Why a change was not judged, and what to do about it."""
+    why = "an oversubscribed run" if math.isinf(bound) else f"|change| <= {bound:g} %"
+    return f"1 run a side, {why}: rerun both with repeats=3"
+
+
 def parse_metrics(text: str | None) -> list[str]:
     """`a,b` → ["a", "b"]; ValueError naming an unknown metric and the allowed ones."""
     names = [m.strip() for m in (text or ",".join(DEFAULT_METRICS)).split(",") if m.strip()]
@@ -132,9 +181,9 @@ def parse_metrics(text: str | None) -> list[str]:
     return names
 
 
-def check_threshold(threshold_pct: float) -> float:
+def check_threshold(threshold_pct: float, flag: str = "--threshold-pct") -> float:
     if not threshold_pct >= 0:  # also NaN
-        raise ValueError(f"--threshold-pct {threshold_pct} must be a percentage >= 0")
+        raise ValueError(f"{flag} {threshold_pct} must be a percentage >= 0")
     return threshold_pct
 
 
@@ -186,10 +235,11 @@ def compare_config(
     candidate: Sequence[RunSample],
     metrics: Sequence[str],
     threshold_pct: float,
+    single_run_noise_pct: float = SINGLE_RUN_NOISE_PCT,
 ) -> list[Row]:
     """The rows of one configuration: one per metric, FINISHED runs only."""
     done = [[r for r in runs if r.status == "FINISHED"] for runs in (baseline, candidate)]
-    note = _machines_note(*done)
+    machines = _machines_note(*done)
     rows = []
     known = goals()
     for metric in metrics:
@@ -200,20 +250,17 @@ def compare_config(
         b = statistics.median(b_values) if b_values else None
         c = statistics.median(c_values) if c_values else None
         change = noise = None
-        if not baseline:
-            verdict = "only in candidate"
-        elif not candidate:
-            verdict = "only in baseline"
-        elif done[0] and not done[1]:
-            verdict = FAILED
-        elif not done[0]:
-            verdict = "failed in baseline" if done[1] else "failed in both"
-        elif b is None or c is None or b == 0:
-            verdict = "no data"
-        else:
+        note = machines
+        verdict = _unjudged(baseline, candidate, done, b, c)
+        if verdict is None:
             change = 100.0 * (c - b) / abs(b)
             noise = noise_pct(metric, *done)
-            verdict = judge(worse_pct(change, goal), noise, threshold_pct)
+            worse = worse_pct(change, goal)
+            verdict = judge(worse, noise, threshold_pct)
+            bound = single_run_bound(metric, *done, single_run_noise_pct)
+            if verdict in (REGRESSION, IMPROVED) and bound is not None and abs(worse) <= bound:
+                verdict = CANNOT_JUDGE
+                note = "; ".join(n for n in (machines, cannot_judge_note(bound)) if n)
         rows.append(
             Row(
                 config,
@@ -233,6 +280,27 @@ def compare_config(
     return rows
 
 
+def _unjudged(
+    baseline: Sequence[RunSample],
+    candidate: Sequence[RunSample],
+    done: list[list[RunSample]],
+    b: float | None,
+    c: float | None,
+) -> str | None:
+    """The verdict of a configuration × metric that has no change to judge, else None."""
+    if not baseline:
+        return "only in candidate"
+    if not candidate:
+        return "only in baseline"
+    if done[0] and not done[1]:
+        return FAILED
+    if not done[0]:
+        return "failed in baseline" if done[1] else "failed in both"
+    if b is None or c is None or b == 0:
+        return "no data"
+    return None
+
+
 def _labels(samples: Iterable[RunSample]) -> dict[str, str]:
     """signature → a readable name: the run name (dp-ws2), plus #signature where two
     configurations share a name."""
@@ -250,6 +318,7 @@ def compare_sweeps(
     candidate: Sequence[RunSample],
     metrics: Sequence[str] = DEFAULT_METRICS,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    single_run_noise_pct: float = SINGLE_RUN_NOISE_PCT,
 ) -> list[Row]:
     """Every configuration of either sweep × every metric, sorted by configuration name."""
     labels = _labels([*baseline, *candidate])
@@ -257,8 +326,17 @@ def compare_sweeps(
     for signature in sorted(labels, key=lambda s: (labels[s], s)):
         base = [r for r in baseline if r.signature == signature]
         cand = [r for r in candidate if r.signature == signature]
-        rows += compare_config(labels[signature], signature, base, cand, metrics, threshold_pct)
+        judged = compare_config(
+            labels[signature], signature, base, cand, metrics, threshold_pct, single_run_noise_pct
+        )
+        layout = next((r.layout for r in [*base, *cand] if r.layout), "")
+        rows += [dataclasses.replace(row, layout=layout) for row in judged]
     return rows
+
+
+def unjudged_configs(rows: Iterable[Row]) -> list[str]:
+    """Configurations with a metric that one run a side could not judge."""
+    return sorted({r.config for r in rows if r.verdict == CANNOT_JUDGE})
 
 
 def regressed_configs(rows: Iterable[Row]) -> list[str]:
@@ -302,14 +380,21 @@ def _num(value: float | None, sign: bool = False) -> str:
 def summary_line(rows: Sequence[Row], threshold_pct: float) -> str:
     bad = regressed_configs(rows)
     compared = compared_configs(rows)
+    unjudged = unjudged_configs(rows)
+    cannot = (
+        f"; cannot judge {len(unjudged)} from one run a side ({', '.join(unjudged)}): rerun "
+        "both sweeps with repeats=3"
+        if unjudged
+        else ""
+    )
     if not bad:
         return (
             f"distbench: compare: no regression in {len(compared)} configuration(s) "
-            f"(threshold {threshold_pct:g} %, beyond noise)"
+            f"(threshold {threshold_pct:g} %, beyond noise){cannot}"
         )
     return (
         f"distbench: compare: REGRESSION in {len(bad)} of {len(compared)} configuration(s): "
-        f"{', '.join(bad)} (threshold {threshold_pct:g} %, beyond noise)"
+        f"{', '.join(bad)} (threshold {threshold_pct:g} %, beyond noise){cannot}"
     )
 
 
@@ -332,9 +417,19 @@ def samples_of(runs: Iterable[Any]) -> list[RunSample]:
                 status=run.info.status,
                 metrics=dict(run.data.metrics),
                 machine=machine.strip("|"),
+                oversubscribed=tags.get(OVERSUBSCRIBED_TAG) == "true",
+                layout=layout_text(run),
             )
         )
     return samples
+
+
+def layout_text(run: Any) -> str:
+    """A run's `dp×tp×pp tokens/step` (`2×1×1 1,024 tok`) from its params and metrics."""
+    params, metrics = getattr(run.data, "params", None) or {}, run.data.metrics
+    layout = layout_of({"layout": layout_of_params(params), **run.data.tags})
+    tokens = tokens_per_step_of(metrics) or tokens_of_params(params)
+    return f"{layout or '-'} {tokens_text(tokens)} tok" if layout or tokens else ""
 
 
 def load_sweep(
@@ -354,13 +449,15 @@ def print_table(rows: Sequence[Row], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for header in ("config", "metric", "baseline", "candidate", "change %", "noise %", "verdict"):
+    headers = ("config", "dp×tp×pp tok/step", "metric", "baseline", "candidate", "change %")
+    for header in (*headers, "noise %", "verdict"):
         table.add_column(header, justify="left" if header in ("config", "metric") else "right")
-    colors = {REGRESSION: "red", FAILED: "red", IMPROVED: "green"}
+    colors = {REGRESSION: "red", FAILED: "red", IMPROVED: "green", CANNOT_JUDGE: "yellow"}
     for r in rows:
         verdict = f"[{colors[r.verdict]}]{r.verdict}[/]" if r.verdict in colors else r.verdict
         table.add_row(
             r.config,
+            r.layout or "-",
             f"{r.metric} ({'higher' if r.goal == 'max' else 'lower'} is better)",
             _num(r.baseline) + (f" (n={r.baseline_n})" if r.baseline_n > 1 else ""),
             _num(r.candidate) + (f" (n={r.candidate_n})" if r.candidate_n > 1 else ""),
@@ -369,100 +466,3 @@ def print_table(rows: Sequence[Row], title: str) -> None:
             verdict + (f" ({r.note})" if r.note else ""),
         )
     Console(width=160).print(table)
-
-
-def log_comparison(
-    tracking_uri: str,
-    experiment_id: str,
-    baseline_run_id: str,
-    candidate_run_id: str,
-    rows: Sequence[Row],
-    metrics: Sequence[str],
-    threshold_pct: float,
-) -> str:
-    """The comparison as its own run (see the module docstring); returns its id."""
-    from distbench.tracking.mlflow_store import client
-
-    mlflow = client(tracking_uri)
-    bad = regressed_configs(rows)
-    verdict = "regression" if bad else "pass"
-    run_id = _create_compare_run(mlflow, experiment_id, baseline_run_id, candidate_run_id, bad)
-    heading = f"# distbench compare: candidate {candidate_run_id} vs baseline {baseline_run_id}"
-    _log_tables(mlflow, run_id, rows, heading, threshold_pct)
-    params = {
-        "baseline_run_id": baseline_run_id,
-        "candidate_run_id": candidate_run_id,
-        "threshold_pct": f"{threshold_pct:g}",
-        "metrics": ",".join(metrics),
-    }
-    values = comparison_counts(rows)
-    _log_values(mlflow, run_id, params, values)
-    note = f"**distbench compare**: {verdict}; {summary_line(rows, threshold_pct)}"
-    retry(lambda: mlflow.set_tag(run_id, "mlflow.note.content", note))
-    retry(lambda: mlflow.set_terminated(run_id, "FINISHED"))
-    _tag_candidate(mlflow, candidate_run_id, run_id, values["num_regressions"])
-    return run_id
-
-
-def comparison_counts(rows: Sequence[Row]) -> dict[str, int]:
-    """The comparison run's metrics: regressions, configurations regressed and compared."""
-    return {
-        "num_regressions": sum(r.regression for r in rows),
-        "num_configs_regressed": len(regressed_configs(rows)),
-        "num_configs_compared": len(compared_configs(rows)),
-    }
-
-
-def _create_compare_run(
-    mlflow: Any, experiment_id: str, baseline_run_id: str, candidate_run_id: str, bad: list[str]
-) -> str:
-    """A RUNNING run `compare-<candidate>-vs-<baseline>` tagged with its kind and verdict."""
-    run = retry(
-        lambda: mlflow.create_run(
-            experiment_id,
-            run_name=f"compare-{candidate_run_id[:8]}-vs-{baseline_run_id[:8]}",
-            tags={
-                KIND_TAG: "compare",
-                "distbench.compare.verdict": "regression" if bad else "pass",
-                "distbench.compare.regressed": ", ".join(bad)[:5000],
-            },
-        )
-    )
-    return run.info.run_id
-
-
-def _log_tables(
-    mlflow: Any, run_id: str, rows: Sequence[Row], heading: str, threshold_pct: float
-) -> None:
-    """The table as artifacts compare/compare.md (with the summary line) and compare/compare.csv."""
-    frame = to_frame(rows)
-    with tempfile.TemporaryDirectory() as tmp:
-        md = Path(tmp) / "compare.md"
-        md.write_text(
-            f"{heading}\n\n{summary_line(rows, threshold_pct)}\n\n{markdown_table(frame)}"
-        )
-        csv = Path(tmp) / "compare.csv"
-        frame.to_csv(csv, index=False)
-        for path in (md, csv):
-            retry(lambda p=path: mlflow.log_artifact(run_id, str(p), COMPARE_ARTIFACT_DIR))
-
-
-def _log_values(mlflow: Any, run_id: str, params: dict[str, str], values: dict[str, int]) -> None:
-    from mlflow.entities import Metric, Param
-
-    logged_ms = now_ms()
-    retry(
-        lambda: mlflow.log_batch(
-            run_id,
-            params=[Param(k, v) for k, v in params.items()],
-            metrics=[Metric(k, float(v), logged_ms, 0) for k, v in values.items()],
-        )
-    )
-
-
-def _tag_candidate(mlflow: Any, candidate_run_id: str, run_id: str, num_regressions: int) -> None:
-    """The candidate sweep's parent names its comparison and its number of regressions."""
-    retry(lambda: mlflow.set_tag(candidate_run_id, "distbench.compare_run_id", run_id))
-    retry(
-        lambda: mlflow.set_tag(candidate_run_id, "distbench.num_regressions", str(num_regressions))
-    )

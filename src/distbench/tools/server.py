@@ -10,12 +10,15 @@ else `$PGPASSWORD`, else libpq's own `$PGPASSFILE` / `~/.pgpass`, and reaches th
 password in it is refused: every user of the machine can read argv (`ps`).
 
 `distbench ui` starts the same way (`plan_ui`: `mlflow ui` on the local store, one worker, job
-execution off) and, like the server, prints its URL only once GET /health answers.
+execution off) and, like the server, prints its URL only once GET /health answers. Either dies
+with the process that started it, even SIGKILLed (launch/lifeline.py: mlflow gets the parent-death
+signal, a guard stops the workers it forked), so no orphan keeps the port.
 
     distbench server --backend postgresql://mlflow@db.internal:5432/mlflow --host 0.0.0.0
     PGPASSWORD=... distbench server --backend postgresql://mlflow@127.0.0.1:5432/mlflow
     distbench server --root /shared/mlflow --port 5000        # sqlite, for a small team
-    python -c "import distbench.tools.server as s; print(s.start_server(root='/tmp/m')[1])"
+    python -c "import distbench.tools.server as s, time; print(s.start_server(root='/tmp/m')[1]); \
+time.sleep(600)"      # the server lives as long as the python that started it
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from distbench.launch.lifeline import die_with_parent, group_alive, start_group_guard
 from distbench.tracking.secrets_mask import mask_text
 
 DEFAULT_ROOT = Path("mlflow-server")
@@ -307,16 +311,6 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
     raise ServerError(f"the MLflow server did not answer {url} within {timeout_s:.0f} s")
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stop_server(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the server's whole process group (its workers too); SIGKILL what is left after
     `grace_s`; reap the main process."""
@@ -325,7 +319,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
+    while group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -384,11 +378,13 @@ def launch(
             stdout=log,
             stderr=subprocess.STDOUT if log else None,
             start_new_session=True,  # one process group: stop_server reaches the workers
+            preexec_fn=die_with_parent(),  # even a SIGKILLed distbench takes the server along
         )
     finally:
         if log:
             log.close()
     try:
+        start_group_guard(proc.pid)  # ... and its workers, which no parent-death signal reaches
         wait_healthy(proc, plan.health_url, timeout_s)
     except BaseException:
         stop_server(proc)

@@ -1,11 +1,16 @@
-"""The end-of-sweep comparison table, built from each job's outcome.json (not from logs): the
-step time's p50, p90 and spread (identical sweeps minutes apart can differ by 20 %), and only
-the columns that apply to the sweep's jobs: the metrics its workloads declare with a column
-header (WorkloadSpec.metrics; distbench.workloads.metric_catalog), a plug-in's too. A
-collectives job's nccl-tests table (its job dir's collectives.txt) is printed before it. A
-sweep read back from MLflow (`distbench summary latest`, a parent run id or name) whose dir is
-not on this machine is shown from its child runs instead (`outcomes_of_runs`: no skipped jobs,
-no nccl-tests tables).
+"""The end-of-sweep comparison table, built from each job's outcome.json (not from logs): what ran
+(the strategy, the sweep's other varied keys, the world size, the layout `dp×tp×pp`, the ZeRO
+stage, the tokens per optimizer step), then the step time's p50, p90 and spread (identical
+sweeps minutes apart can differ by 20 %) and only the metrics that apply to the sweep's jobs:
+those its workloads declare with a column header (WorkloadSpec.metrics;
+distbench.workloads.metric_catalog), a plug-in's too. Columns whose every row says the same move
+to the caption; the table fits the terminal (tools/columns.py: low-priority metrics are hidden
+when it is narrow). Runs that differ in tokens per step are not comparable in step time or
+tokens/s (figures/fair.py), and the caption says so. A collectives job's nccl-tests table (its
+job dir's collectives.txt) is printed before it. A sweep read back from MLflow (`distbench
+summary latest`, a parent run id or name) whose dir is not on this machine is shown from its
+child runs instead (`outcomes_of_runs`: no skipped jobs, no nccl-tests tables). A sweep still
+running shows its running jobs (tools/sweep_state.py) and how many are pending.
 
 python -m distbench.tools.summary multirun/2026-11-22/10-00-00    # reprint a sweep's table
 distbench summary latest     # the same for the newest sweep in MLflow (its dir when it is here)
@@ -13,14 +18,31 @@ distbench summary latest     # the same for the newest sweep in MLflow (its dir 
 
 from __future__ import annotations
 
-import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from distbench.figures.fair import (
+    layout_of,
+    layout_of_params,
+    tokens_of_params,
+    tokens_per_step_of,
+    tokens_text,
+)
+from distbench.tools.columns import (
+    KEEP,
+    Col,
+    fitted_table,
+    job_overrides,
+    short_headers,
+    split_constant,
+    terminal_width,
+    varied_keys,
+)
+from distbench.tools.sweep_state import load_outcomes, pending_text  # load_outcomes: re-exported
 from distbench.workloads import MetricSpec, metric_catalog, registry
 
 # The table's own derived column, shown right after the metric it is derived from:
@@ -31,6 +53,28 @@ SPREAD = MetricSpec(
 DERIVED_AFTER = {"step_time_s_p90": SPREAD}
 # Printed before the table for each FINISHED collectives job (workloads/collectives/workload.py).
 NCCL_TABLE_FILE = "collectives.txt"
+# The keys the name, world size and ZeRO columns show: never a varied-key column of their own.
+SHOWN_KEYS = frozenset({"strategy", "world_size", "zero_stage", "workload"})
+# Headers of what ran; those in MOVABLE go to the caption when every row says the same.
+NAME, WORLD, LAYOUT, ZERO, TOKENS, STATUS, SINGLE = (
+    "strategy",
+    "ws",
+    "dp×tp×pp",
+    "zero",
+    "tok/step",
+    "status",
+    "= single",
+)
+MOVABLE = frozenset({WORLD, ZERO, STATUS, SINGLE})
+# Which metric columns stay longest in a narrow terminal (higher stays); another headline metric
+# gets 3, any other metric 1 (tools/columns.py drops the lowest first).
+METRIC_PRIORITY = {
+    "step_time_s_p50": 8,
+    "throughput_tokens_per_s": 8,
+    "peak_mem_gib": 6,
+    "mfu_pct": 5,
+    "tflops_per_device": 4,
+}
 
 
 # The first-step loss against the single-device reference (distbench.workloads.train.equivalence).
@@ -51,16 +95,9 @@ def largest_fitting_batches(outcomes: list[dict[str, Any]]) -> dict[tuple[str, s
     return largest
 
 
-def load_outcomes(sweep_dir: Path) -> list[dict[str, Any]]:
-    """Every job's outcome in job order (Hydra names job dirs 0, 1, 2, ...)."""
-    paths = sorted(
-        sweep_dir.glob("*/outcome.json"), key=lambda p: (len(p.parent.name), p.parent.name)
-    )
-    return [json.loads(p.read_text()) for p in paths]
-
-
 # Run tags that an outcome carries under the same name (orchestrator.NAME_TAGS and
-# TAGGED_OUTCOME_KEYS), and the flattened param of the micro batch (the batch-size scan).
+# TAGGED_OUTCOME_KEYS, train's layout_tag), and the flattened params of the micro batch (the
+# batch-size scan) and of the layout.
 OUTCOME_TAGS = (
     "strategy",
     "world_size",
@@ -70,13 +107,15 @@ OUTCOME_TAGS = (
     "failure_kind",
     "failure_reason",
     "equivalent",
+    "layout_tag",
 )
 MICRO_BATCH_PARAM = "batch.micro_batch_size"
 
 
-def outcome_of_run(run: Any) -> dict[str, Any]:
+def outcome_of_run(run: Any, swept: Sequence[str] = ()) -> dict[str, Any]:
     """A job's outcome as far as its MLflow run tells it: status, metrics, the tags above, its
-    job dir (tag distbench.job_dir) and micro batch."""
+    job dir (tag distbench.job_dir), micro batch, layout and tokens per step (from its params
+    when it logged no tokens_per_step), and its values of the sweep's `swept` keys."""
     tags, params = run.data.tags, run.data.params
     outcome: dict[str, Any] = {k: tags[k] for k in OUTCOME_TAGS if k in tags}
     outcome.update(
@@ -90,15 +129,23 @@ def outcome_of_run(run: Any) -> dict[str, Any]:
         outcome["job_dir"] = tags["distbench.job_dir"]
     if str(params.get(MICRO_BATCH_PARAM, "")).isdigit():
         outcome["micro_batch_size"] = int(params[MICRO_BATCH_PARAM])
+    if layout_of_params(params):
+        outcome["layout"] = layout_of_params(params)
+    if tokens_of_params(params):
+        outcome["tokens_per_step"] = tokens_of_params(params)
+    outcome["swept"] = {
+        key: params.get(key, params.get(f"{key}.name", tags.get(key, "-"))) for key in swept
+    }
     for key in ("strategy", "world_size", "zero_stage"):
         outcome.setdefault(key, "-")
     return outcome
 
 
-def outcomes_of_runs(runs: list[Any]) -> list[dict[str, Any]]:
-    """The outcomes of a sweep's child runs, in the order they started (the job order)."""
+def outcomes_of_runs(runs: list[Any], swept: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The outcomes of a sweep's child runs, in the order they started (the job order); `swept`:
+    the keys the sweep varies (its parent run's params)."""
     ordered = sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_name or ""))
-    return [outcome_of_run(r) for r in ordered]
+    return [outcome_of_run(r, swept) for r in ordered]
 
 
 def table_metrics(metrics: dict[str, float]) -> dict[str, float]:
@@ -150,30 +197,90 @@ def _trains_a_model(outcome: dict[str, Any]) -> bool:
     return outcome.get("model") != "none"
 
 
-def summary_table(outcomes: list[dict[str, Any]], title: str) -> Table:
-    table = Table(title=title)
-    shown = [table_metrics(o.get("metrics", {})) for o in outcomes]
-    columns = metric_columns(outcomes, shown)
-    models = any(_trains_a_model(o) for o in outcomes)  # else no zero / = single columns
-    headers = ["strategy", "world", *(["zero"] if models else []), "status"]
-    headers += [c.column or c.label for c in columns] + (["= single"] if models else [])
-    for header in headers:
-        left = header in ("strategy", "status")
-        # the status is read whole ("SKIPPED (earlier FINISHED)"): numbers wrap, not it
-        table.add_column(header, justify="left" if left else "right", no_wrap=header == "status")
-    for o, metrics in zip(outcomes, shown, strict=True):
-        earlier = o.get("previous_status", "resume")  # a skipped job shows its earlier run
-        status = {
-            "FINISHED": "[green]FINISHED[/green]",
-            "SKIPPED": f"[yellow]SKIPPED[/yellow] (earlier {earlier})",
-        }.get(o["status"], f"[red]{o['status']}[/red] {o.get('failure_kind') or ''}".strip())
-        cells = [_cell(metrics, c) for c in columns]
-        name = row_name(o)
-        equivalent = EQUIVALENT.get(o.get("equivalent"), "-")
-        if models:
-            table.add_row(name, o["world_size"], o["zero_stage"], status, *cells, equivalent)
-        else:
-            table.add_row(name, o["world_size"], status, *cells)
+def row_tokens(outcome: dict[str, Any]) -> float | None:
+    """A job's tokens per optimizer step: its metric, else what its params or config say."""
+    return tokens_per_step_of(outcome.get("metrics") or {}) or outcome.get("tokens_per_step")
+
+
+def status_cell(outcome: dict[str, Any]) -> str:
+    status = outcome["status"]
+    earlier = outcome.get("previous_status", "resume")  # a skipped job shows its earlier run
+    return {
+        "FINISHED": "[green]FINISHED[/green]",
+        "SKIPPED": f"[yellow]SKIPPED[/yellow] (earlier {earlier})",
+        "RUNNING": f"[cyan]RUNNING[/cyan] {outcome.get('progress', '')}".strip(),
+    }.get(status, f"[red]{status}[/red] {outcome.get('failure_kind') or ''}".strip())
+
+
+def swept_of(outcome: dict[str, Any]) -> dict[str, str]:
+    """A job's values of what its sweep varies: from MLflow (`swept`) or its overrides."""
+    return outcome.get("swept") or job_overrides(outcome.get("job_dir"))
+
+
+def config_columns(outcomes: list[dict[str, Any]]) -> list[Col]:
+    """The columns that say what ran: name, varied keys, world size, layout, ZeRO stage, tokens
+    per step, status."""
+    models = any(_trains_a_model(o) for o in outcomes)  # else no zero column
+    tokens = [row_tokens(o) for o in outcomes]  # none for gemm, collectives: no column
+    per_job = [swept_of(o) for o in outcomes]
+    varied = varied_keys(per_job, SHOWN_KEYS)
+    headers = short_headers(varied)
+    cols = [Col(NAME, [row_name(o) for o in outcomes], "left", KEEP)]
+    cols += [Col(headers[k], [str(v.get(k, "-")) for v in per_job], "left", 5) for k in varied]
+    cols += [
+        Col(WORLD, [str(o.get("world_size", "-")) for o in outcomes], "right", KEEP),
+        Col(LAYOUT, [layout_of(o) or "-" for o in outcomes], "right", KEEP),
+        *(
+            [Col(ZERO, [str(o.get("zero_stage", "-")) for o in outcomes], "right", 5)]
+            if models
+            else []
+        ),
+        *([Col(TOKENS, [tokens_text(t) for t in tokens], "right", KEEP)] * any(tokens)),
+        Col(STATUS, [status_cell(o) for o in outcomes], "left", KEEP),
+    ]
+    return cols
+
+
+def summary_columns(outcomes: list[dict[str, Any]]) -> list[Col]:
+    """Every column of a sweep's table, before fitting: what ran, the metrics (headline ones
+    kept longest), the equivalence check."""
+    shown = [table_metrics(o.get("metrics") or {}) for o in outcomes]
+    cols = config_columns(outcomes)
+    for metric in metric_columns(outcomes, shown):
+        cells = [_cell(m, metric) for m in shown]
+        priority = METRIC_PRIORITY.get(metric.name, 3 if metric.headline else 1)
+        cols.append(Col(metric.column or metric.label, cells, "right", priority))
+    if any(_trains_a_model(o) for o in outcomes):
+        cells = [EQUIVALENT.get(o.get("equivalent"), "-") for o in outcomes]
+        cols.append(Col(SINGLE, cells, "right", 2))
+    return cols
+
+
+def summary_notes(outcomes: list[dict[str, Any]], constant: list[tuple[str, str]]) -> list[str]:
+    """The caption: what every row shares, and whether their tokens per step differ."""
+    from distbench.figures.fair import tokens_differ
+
+    notes = []
+    said = [(h, v) for h, v in constant if v != "-"]
+    if said:
+        notes.append("every row: " + ", ".join(f"{h} {v}" for h, v in said))
+    tokens = [row_tokens(o) for o in outcomes]
+    if tokens_differ(tokens):
+        notes.append(
+            "tok/step differs: compare step time and tokens/s only between rows of the same ws "
+            "and tok/step"
+        )
+        if all(o.get("workload", "train") == "train" for o in outcomes):
+            most = max(t for t in tokens if t is not None)
+            notes[-1] += f"; batch.global_batch_tokens={most:.0f} runs all at one global batch"
+    return notes
+
+
+def summary_table(outcomes: list[dict[str, Any]], title: str, width: int | None = None) -> Any:
+    """The sweep's table fitted to `width` (default: the terminal's, tools/columns.py)."""
+    cols, constant = split_constant(summary_columns(outcomes), MOVABLE)
+    notes = summary_notes(outcomes, constant)
+    table, _ = fitted_table(cols, width or terminal_width(), title, notes)
     return table
 
 
@@ -189,13 +296,21 @@ def nccl_tables(outcomes: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def print_summary(
-    outcomes: list[dict[str, Any]], title: str, mlflow_url: str | None = None
+    outcomes: list[dict[str, Any]],
+    title: str,
+    mlflow_url: str | None = None,
+    pending: int | None = None,
 ) -> None:
-    console = Console(width=max(Console().width, 140))
+    """The nccl-tests tables, the sweep's table, failures, batch-scan answers and the MLflow
+    link; `pending`: jobs of a running sweep not started yet."""
+    width = terminal_width()
+    console = Console(width=width)
     for heading, text in nccl_tables(outcomes):
         console.print(heading, highlight=False, markup=False)
         console.print(text, highlight=False, markup=False, soft_wrap=True, end="")
-    console.print(summary_table(outcomes, title))
+    console.print(summary_table(outcomes, title, width))
+    if pending or any(o["status"] == "RUNNING" for o in outcomes):
+        console.print(pending_text(outcomes, pending), highlight=False)
     for o in outcomes:
         if o["status"] == "FAILED":
             console.print(
@@ -210,7 +325,8 @@ def print_summary(
             highlight=False,
         )
     if mlflow_url:
-        console.print(f"MLflow runs: {mlflow_url}   (open it with: distbench ui)", highlight=False)
+        line = f"MLflow runs: {mlflow_url}   (open it with: distbench ui)"
+        console.print(line, highlight=False, soft_wrap=True)  # a URL is never broken in two
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@ sqlite is busy or a server blips, batched logging, and the child-run writer.
 
 Four processes creating a fresh sqlite store at once corrupt it (alembic migrations race), so
 creation is serialised with a file lock next to the database; afterwards concurrent writers are
-fine but may meet "database is locked", which is retried.
+fine but may meet "database is locked", which is retried. A sqlite store whose creation fails
+midway (a full disk) would stay half-migrated and unusable ("table _alembic_tmp_runs already
+exists"): the file this call created is removed and the error is one line (StoreNotCreated),
+without MLflow's SQL.
 
 The MLflow client brings ~2,200 modules (pandas, SQLAlchemy, alembic); the interpreter's final
 garbage collection over them costs about a second at the end of every `python run.py` on a
@@ -61,6 +64,10 @@ _down: dict[str, tuple[float, str]] = {}  # tracking uri -> (when it was found d
 
 class StoreUnavailable(ConnectionError):
     """The tracking server did not answer a short probe: callers spool instead of retrying."""
+
+
+class StoreNotCreated(RuntimeError):
+    """A new sqlite store could not be created (its half-made file removed): one line."""
 
 
 def check_uri(tracking_uri: str) -> None:
@@ -200,11 +207,23 @@ def _artifact_location(tracking_uri: str) -> str | None:
 
 
 def ensure_experiment(tracking_uri: str, name: str) -> str:
-    """The experiment's id, creating the store and the experiment on first use (serialised)."""
+    """The experiment's id, creating the store and the experiment on first use (serialised).
+    A sqlite store this call creates and cannot finish is removed: StoreNotCreated."""
     uri = tracking_uri
     with store_lock(tracking_uri):
-        mlflow = client(tracking_uri)
-        experiment = retry(lambda: mlflow.get_experiment_by_name(name), tracking_uri=uri)
+        db = sqlite_path(tracking_uri)
+        new_store = db is not None and not db.exists()
+        try:  # the client (or its first call) builds a new store: MLflow's migrations
+            mlflow = client(tracking_uri)
+            experiment = retry(lambda: mlflow.get_experiment_by_name(name), tracking_uri=uri)
+        except Exception as exc:
+            if not new_store or db is None:
+                raise
+            remove_unmade_store(tracking_uri, db)
+            raise StoreNotCreated(
+                f"could not create the MLflow store {db} ({first_line(exc)}); the half-made "
+                "file was removed: the next run creates it afresh"
+            ) from None
         if experiment is not None:
             return experiment.experiment_id
         return retry(
@@ -213,6 +232,26 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
             ),
             tracking_uri=uri,
         )
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, without what SQLAlchemy appends ([SQL: ...], a link)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def remove_unmade_store(tracking_uri: str, db: Path) -> None:
+    """Remove a sqlite store (and its journals) whose creation failed, and MLflow's cached
+    engine of it, so that the next attempt, in this process too, starts from nothing."""
+    with contextlib.suppress(Exception):  # MLflow's engine cache (private: best effort)
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        engine = SqlAlchemyStore._engine_map.pop(tracking_uri, None)
+        if engine is not None:
+            engine.dispose()
+    for path in (db, *(db.with_name(db.name + s) for s in ("-journal", "-wal", "-shm"))):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def ui_url(tracking_uri: str, experiment_id: str, ui_port: int) -> str:

@@ -1,7 +1,10 @@
 """What a sweep's parent run carries, so that the experiment's runs table and chart view show the
 sweep without opening it: the swept keys as params (`strategy=dp,zero3`, `world_size=2,4`) and,
 at the end, its summary (`num_jobs`, `num_finished`, `num_failed`, `num_skipped`,
-`best_throughput_tokens_per_s` as metrics; the best run's name, strategy and id as tags).
+`best_throughput_tokens_per_s` as metrics; the best run's name, strategy, id, layout and tokens
+per step as tags). "Best" never compares runs of different world sizes or tokens per step
+(figures/fair.py): it is the best of the largest such group (`best_scope` says which), and
+`best_by_group` names every group's best.
 
     python run.py -m strategy=dp,zero3 world_size=2   # parent: params strategy, world_size
 """
@@ -9,6 +12,15 @@ at the end, its summary (`num_jobs`, `num_finished`, `num_failed`, `num_skipped`
 from __future__ import annotations
 
 from typing import Any
+
+from distbench.figures.fair import (
+    comparable_keys,
+    group_label,
+    layout_of,
+    per_device,
+    tokens_per_step_of,
+    tokens_text,
+)
 
 BEST_METRIC = "throughput_tokens_per_s"  # higher is better
 STATUSES = ("FINISHED", "FAILED", "SKIPPED")
@@ -40,18 +52,71 @@ def varied_params(task_overrides: list[str], sweeper_params: dict[str, Any]) -> 
     return out
 
 
+def _world_size(outcome: dict[str, Any]) -> int | None:
+    value = str(outcome.get("world_size", ""))
+    return int(value) if value.isdigit() else None
+
+
+def comparable_groups(outcomes: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[int]]:
+    """{comparison group: the positions of its outcomes that have BEST_METRIC}: runs of one
+    world size and one number of tokens per step (figures/fair.py; BEST_METRIC is a whole-job
+    figure, so it never compares across world sizes or tokens per step)."""
+    scored = [i for i, o in enumerate(outcomes) if isinstance(_metric(o), float | int)]
+    keys = comparable_keys(
+        [_world_size(outcomes[i]) for i in scored],
+        [tokens_per_step_of(outcomes[i].get("metrics") or {}) for i in scored],
+        per_device(BEST_METRIC),
+    )
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, key in zip(scored, keys, strict=True):
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+def _metric(outcome: dict[str, Any]) -> Any:
+    return (outcome.get("metrics") or {}).get(BEST_METRIC)
+
+
+def headline_group(groups: dict[tuple[Any, ...], list[int]]) -> tuple[Any, ...] | None:
+    """The group the parent's best_* name: the one with the most runs, then the largest world
+    size, then the most tokens per step."""
+    if not groups:
+        return None
+    return max(groups, key=lambda k: (len(groups[k]), k[1] or 0, k[0] or 0))
+
+
 def best_outcome(outcomes: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The outcome with the highest BEST_METRIC (a FINISHED job, or a skipped one standing in by
-    its earlier run's figures), or None."""
-    scored = [o for o in outcomes if isinstance(o.get("metrics", {}).get(BEST_METRIC), float | int)]
-    return max(scored, key=lambda o: o["metrics"][BEST_METRIC], default=None)
+    its earlier run's figures) among the runs of the headline comparison group (same world size
+    and tokens per step: headline_group), or None."""
+    groups = comparable_groups(outcomes)
+    key = headline_group(groups)
+    if key is None:
+        return None
+    return max((outcomes[i] for i in groups[key]), key=_metric)
+
+
+def _best_by_group(outcomes: list[dict[str, Any]]) -> str:
+    """`world_size 2, 1,024 tokens/step: dp-ws2 (1,146 tokens/s, 2×1×1); ...` of every group."""
+    parts = []
+    groups = comparable_groups(outcomes)
+    for key, members in sorted(groups.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0] or 0)):
+        best = max((outcomes[i] for i in members), key=_metric)
+        layout = layout_of(best) or "-"
+        parts.append(
+            f"{group_label(key)}: {best.get('run_name', '?')} ({_metric(best):,.0f} tokens/s, "
+            f"{layout}, {len(members)} run{'s' if len(members) > 1 else ''})"
+        )
+    return "; ".join(parts)
 
 
 def sweep_summary(
     outcomes: list[dict[str, Any]], num_jobs: int | None
 ) -> tuple[dict[str, float], dict[str, str]]:
     """(metrics, tags) summarising a sweep for its parent run (num_jobs: the sweep's count when
-    known, else the outcomes')."""
+    known, else the outcomes'). The best_* name the best run of the headline group
+    (best_outcome), with its layout, tokens per step and group (`best_scope`); when runs differ
+    in world size or tokens per step, `best_by_group` names each group's best."""
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
     for status in STATUSES:
@@ -68,7 +133,30 @@ def sweep_summary(
         run_id = best.get("run_id") or best.get("previous_run_id")
         if run_id:
             tags["best_run_id"] = str(run_id)
+        tags.update(_best_scope(outcomes, best))
     return metrics, tags
+
+
+def _best_scope(outcomes: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, str]:
+    """The best run's layout and tokens per step, the group it is best in, and every group's
+    best when there are several."""
+    tags = {}
+    if layout_of(best):
+        tags["best_layout"] = str(layout_of(best))
+    tokens = tokens_per_step_of(best.get("metrics") or {})
+    if tokens is not None:
+        tags["best_tokens_per_step"] = tokens_text(tokens)
+    groups = comparable_groups(outcomes)
+    key = headline_group(groups)
+    if key is not None and len(groups) > 1:
+        tags["best_scope"] = (
+            f"{group_label(key)} ({len(groups[key])} of {sum(map(len, groups.values()))} runs; "
+            "runs of another world size or tokens per step are not compared: best_by_group)"
+        )
+        tags["best_by_group"] = _best_by_group(outcomes)[:5000]
+    elif key is not None:
+        tags["best_scope"] = group_label(key)  # every run compares with every other
+    return tags
 
 
 def log_summary(

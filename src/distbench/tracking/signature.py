@@ -19,7 +19,7 @@ SIGNATURE_TAG = "distbench.signature"
 # sweep's report is the whole grid.
 RESUMED_INTO_TAG_PREFIX = "distbench.resumed_into."
 # Where results go, how long to wait, whether to resume, which metric a sweeper searches on
-# (`objective`): none of it changes what is measured.
+# (`objective`), how many times a config runs (`repeats`): none of it changes what is measured.
 # `measured` (Job.measured) is left out as a node, less MEASURED_PEAK_KEYS.
 EXCLUDED_KEYS = (
     "tracking",
@@ -29,6 +29,7 @@ EXCLUDED_KEYS = (
     "hydra",
     "objective",
     "measured",
+    "repeats",
 )
 
 
@@ -73,11 +74,35 @@ SHARED_SCHEMA_STRATEGY_FIELDS = {
 }
 
 
+# Keys added after runs were recorded, hashed only when they hold something else than what
+# every run before them ran: a run without activation checkpointing or compile keeps the
+# signature it had. The period of selective checkpointing counts only under selective.
+DEFAULT_ROOT_KEYS = {"activation_checkpointing": "none"}
+DEFAULT_WORKLOAD_KEYS = {"compile": False}
+
+
+def _without_defaults(tree: dict[str, Any]) -> dict[str, Any]:
+    """The tree less DEFAULT_ROOT_KEYS and DEFAULT_WORKLOAD_KEYS that hold their default."""
+    kept = {
+        k: v for k, v in tree.items() if k not in DEFAULT_ROOT_KEYS or v != DEFAULT_ROOT_KEYS[k]
+    }
+    if kept.get("activation_checkpointing") != "selective":
+        kept.pop("activation_checkpointing_every", None)
+    workload = kept.get("workload")
+    if isinstance(workload, dict):
+        kept["workload"] = {
+            k: v
+            for k, v in workload.items()
+            if k not in DEFAULT_WORKLOAD_KEYS or v != DEFAULT_WORKLOAD_KEYS[k]
+        }
+    return kept
+
+
 def run_signature(config_tree: dict[str, Any]) -> str:
-    """16 hex digits of the SHA-256 of the config (minus EXCLUDED_KEYS and
-    EXCLUDED_HARDWARE_KEYS, plus the measured node's MEASURED_PEAK_KEYS under `hardware`) as
-    canonical JSON."""
-    kept = {k: v for k, v in config_tree.items() if k not in EXCLUDED_KEYS}
+    """16 hex digits of the SHA-256 of the config (minus EXCLUDED_KEYS, EXCLUDED_HARDWARE_KEYS
+    and the newer keys at their default (DEFAULT_ROOT_KEYS, DEFAULT_WORKLOAD_KEYS), plus the
+    measured node's MEASURED_PEAK_KEYS under `hardware`) as canonical JSON."""
+    kept = {k: v for k, v in _without_defaults(config_tree).items() if k not in EXCLUDED_KEYS}
     if isinstance(kept.get("strategy"), dict):
         kept["strategy"] = {**SHARED_SCHEMA_STRATEGY_FIELDS, **kept["strategy"]}
     if isinstance(kept.get("hardware"), dict):

@@ -9,6 +9,11 @@ to the one before (`distbench.previous_run_id`), while uploading one attempt twi
 `sync` at once (a file lock per job dir), logs it once. Paths are resolved before they are
 tagged or looked up, so a sweep dir reached through a symlink is the same sweep.
 
+A job spools its run before it writes outcome.json (the payload carries the outcome): an
+orchestrator killed between the two leaves a payload that `sync` uploads and an outcome.json it
+writes back. A sweep's parent run names the process that runs the sweep (SWEEP_OWNER_TAG), so
+that `sync` ends it KILLED once that process is gone, whatever job it died in.
+
     distbench sync multirun/2026-11-22/10-00-00 [--tracking-uri URI]
 """
 
@@ -40,6 +45,9 @@ ATTEMPT_TAG = "distbench.attempt"
 PREVIOUS_RUN_TAG = "distbench.previous_run_id"
 # On a run created RUNNING when its job started (live.py) until its upload fills and ends it.
 INCOMPLETE_TAG = "distbench.incomplete"
+# On a sweep's parent run: the sweep's process (orphans.owner_record(), as JSON).
+SWEEP_OWNER_TAG = "distbench.sweep_owner"
+OUTCOME = "outcome.json"
 REQUIRED_KEYS = ("experiment_name", "run_name", "params", "metrics", "tags", "artifacts")
 
 
@@ -148,6 +156,26 @@ def upload_attempt(
     """upload(), and whether this attempt was already in the store."""
     job_dir = job_dir.absolute()
     payload = read_payload(job_dir)
+    artifacts = [job_dir / name for name in payload["artifacts"]]
+    return upload_payload(
+        tracking_uri, job_dir, payload, artifacts, {}, parent_run_id, attempt, previous_run_id
+    )
+
+
+def upload_payload(
+    tracking_uri: str,
+    job_dir: Path,
+    payload: dict[str, Any],
+    artifacts: list[Path],
+    extra_tags: dict[str, str],
+    parent_run_id: str | None = None,
+    attempt: int | None = None,
+    previous_run_id: str | None = None,
+) -> tuple[str, bool]:
+    """Log a payload (read from `job_dir`, or held in memory when the job dir could not take
+    it) with `artifacts` and `extra_tags`, unless the store has its attempt; the run its job
+    created when it started is filled, not duplicated. Returns (run id, already there)."""
+    job_dir = job_dir.absolute()
     experiment_id = ensure_experiment(tracking_uri, payload["experiment_name"])
     attempt_id = payload.get("attempt_id")
     with job_lock(job_dir):
@@ -156,9 +184,10 @@ def upload_attempt(
             same = find_runs(tracking_uri, experiment_id, {ATTEMPT_ID_TAG: attempt_id})
         else:  # spooled by an older version: one run per job dir
             same = of_job_dir
+        payload = {**payload, "tags": {**payload["tags"], **extra_tags}}
         for run in same:
             if INCOMPLETE_TAG in run.data.tags:  # created RUNNING when the job started: fill it
-                return _fill_live(tracking_uri, run, payload, job_dir), False
+                return _fill_live(tracking_uri, run, payload, job_dir, artifacts), False
             if "tracking_error" not in run.data.tags:
                 return run.info.run_id, True
             retry(
@@ -176,7 +205,6 @@ def upload_attempt(
                 )
             )
             tags[ATTEMPT_ID_TAG] = attempt_id
-        artifacts = [job_dir / name for name in payload["artifacts"]]
         payload = {**payload, "parent_run_id": parent_run_id or payload.get("parent_run_id")}
         return log_payload(tracking_uri, experiment_id, payload, tags, artifacts), False
 
@@ -201,7 +229,9 @@ def _not_streamed(tracking_uri: str, run_id: str, points: list[tuple]) -> list[t
     return [p for p in points if (p[0], p[2]) not in have]
 
 
-def _fill_live(tracking_uri: str, run: Any, payload: dict[str, Any], job_dir: Path) -> str:
+def _fill_live(
+    tracking_uri: str, run: Any, payload: dict[str, Any], job_dir: Path, artifacts: list[Path]
+) -> str:
     """Fill the run a job created when it started (what it streamed stays) with the payload,
     and end it at the job's end time."""
     from distbench.tracking.mlflow_store import fill_run, stamped_metrics
@@ -213,7 +243,6 @@ def _fill_live(tracking_uri: str, run: Any, payload: dict[str, Any], job_dir: Pa
         tracking_uri, run_id, points
     )
     tags = {**payload["tags"], JOB_DIR_TAG: str(job_dir.resolve())}
-    artifacts = [job_dir / name for name in payload["artifacts"]]
     failed = payload.get("failed", True)
     fill_run(tracking_uri, run_id, payload["params"], stamped, tags, artifacts, failed, end_ms)
     mlflow = client(tracking_uri)  # complete: a later upload finds it in the store
@@ -274,8 +303,9 @@ def close_parent(
     """End a sweep's parent run that is still RUNNING (its sweep lost the store before closing
     it) once every job of the sweep has an outcome: log its summary as the sweep would have
     (parent.py: counts, the best run), and mark it FINISHED. A sweep whose orchestrator is
-    known dead (`sweep_lost`) is ended KILLED, the jobs it never started counted in
-    `num_not_run`. Returns whether it was ended now."""
+    known dead (`sweep_lost`, or the process its SWEEP_OWNER_TAG names is gone) is ended
+    KILLED, the jobs it never started counted in `num_not_run`. Returns whether it was ended
+    now."""
     mlflow = client(tracking_uri)
     parent = retry(lambda: mlflow.get_run(parent_run_id), tracking_uri=tracking_uri)
     if parent.info.status != "RUNNING":
@@ -283,7 +313,7 @@ def close_parent(
     num_jobs = parent.data.tags.get("num_jobs", "")
     end_status = "FINISHED"
     if num_jobs.isdigit() and len(outcomes) < int(num_jobs):
-        if not sweep_lost:
+        if not (sweep_lost or sweep_gone(parent)):
             return False  # the sweep is still running (or died elsewhere): leave it be
         end_status = "KILLED"
         not_run = str(int(num_jobs) - len(outcomes))
@@ -298,6 +328,25 @@ def close_parent(
     )
     retry(lambda: mlflow.set_terminated(parent_run_id, end_status), tracking_uri=tracking_uri)
     return True
+
+
+def sweep_owner_tags() -> dict[str, str]:
+    """The tag naming this process as the sweep's (on the parent run it opens)."""
+    from distbench.orphans import owner_record
+
+    return {SWEEP_OWNER_TAG: json.dumps(owner_record())}
+
+
+def sweep_gone(parent: Any) -> str | None:
+    """Why the process that ran a sweep (its parent run's SWEEP_OWNER_TAG) is known dead;
+    None when it runs, ran on another host, or the parent names none (older versions)."""
+    from distbench.orphans import process_gone
+
+    try:
+        owner = json.loads(parent.data.tags.get(SWEEP_OWNER_TAG) or "null")
+    except ValueError:
+        return None
+    return process_gone(owner)
 
 
 def _write_outcome(outcome_path: Path, outcome: dict[str, Any], run_id: str) -> None:
@@ -324,7 +373,11 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str, sweep_lost: bool = False) -> 
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"no such directory: {sweep_dir}")
     sweep_dir = sweep_dir.resolve()
+    from distbench.tracking.job_outcomes import restore_spooled_outcomes
+
+    restore_spooled_outcomes(sweep_dir)
     job_dirs = sorted(p.parent for p in sweep_dir.glob(f"*/{PAYLOAD}"))
+    job_dirs += sorted(p.parent for p in sweep_dir.glob(f"*/repeat-*/{PAYLOAD}"))  # repeats=N
     if (sweep_dir / PAYLOAD).exists():
         job_dirs = [sweep_dir]
     result: dict[str, Any] = {
@@ -344,11 +397,11 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str, sweep_lost: bool = False) -> 
             result["unreadable"].append(str(exc))
             continue
         result["already_in_store" if existed else "uploaded"] += 1
-        outcome_path = job_dir / "outcome.json"
+        outcome_path = job_dir / OUTCOME
         outcome = _read_outcome(outcome_path) if outcome_path.exists() else None
         if outcome:
             _write_outcome(outcome_path, outcome, run_id)
     if parent is not None and not result["unreadable"]:
-        outcomes = [o for p in sweep_dir.glob("*/outcome.json") if (o := _read_outcome(p))]
+        outcomes = [o for p in sweep_dir.glob(f"*/{OUTCOME}") if (o := _read_outcome(p))]
         result["parent_closed"] = close_parent(tracking_uri, parent, outcomes, sweep_lost)
     return result

@@ -24,10 +24,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose.schema import TrackingConfig
+from distbench.sweep_lock import hold_sweep_dir_or_exit
+from distbench.tracking.dashboard import log_sweep_view, training_url
 from distbench.tracking.mlflow_store import client, ensure_experiment, retry, ui_url
 from distbench.tracking.parent import log_summary, varied_params
 from distbench.tracking.secrets_mask import mask_override, mask_text
-from distbench.tracking.spool import SWEEP_DIR_TAG
+from distbench.tracking.spool import SWEEP_DIR_TAG, sweep_owner_tags
 
 PARENT_RUN_ENV = "DISTBENCH_PARENT_RUN_ID"
 TRACKING_URI_ENV = "DISTBENCH_TRACKING_URI"
@@ -171,12 +173,14 @@ class SweepCallback(Callback):
         self.tracking_uri: str | None = None
         self.experiment_id: str | None = None
         self.num_jobs: int | None = None
+        self.view_key: str | None = None  # the sweep's shared view (tracking/dashboard.py)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         require_writable(Path(config.hydra.run.dir))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         require_writable(Path(config.hydra.sweep.dir))
+        hold_sweep_dir_or_exit(Path(config.hydra.sweep.dir))  # one sweep per dir
         hydra_cfg = config.hydra  # HydraConfig.get() is not set yet in the launching process
         # As typed: an override may hold ${...} that only a job resolves (or fails to).
         overrides = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
@@ -196,6 +200,7 @@ class SweepCallback(Callback):
             experiment_id = ensure_experiment(uri, config.tracking.experiment_name)
             tags = {
                 SWEEP_DIR_TAG: sweep_dir,
+                **sweep_owner_tags(),  # `sync` ends the parent KILLED once this process is gone
                 "num_jobs": str(num_jobs),
                 "overrides": " ".join(mask_override(str(o)) for o in overrides),
             }
@@ -209,6 +214,7 @@ class SweepCallback(Callback):
                 tracking_uri=uri,
             )
             self._log_swept(uri, run.info.run_id, swept)
+            self.view_key = self._log_view(uri, experiment_id, run, swept)
         except Exception as exc:  # tracking must never take the sweep down
             why = mask_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             print(
@@ -221,18 +227,22 @@ class SweepCallback(Callback):
         os.environ[PARENT_RUN_ENV] = self.parent_run_id
         os.environ[TRACKING_URI_ENV] = uri
         atexit.register(self._close_parent_at_exit)
+        url = training_url(ui_url(uri, experiment_id, config.tracking.ui_port), self.view_key)
+        print(f"distbench: the sweep's runs, live in MLflow: {url}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from distbench.tools.summary import load_outcomes, print_summary
+        from distbench.tracking.job_outcomes import with_unwritten
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        outcomes = load_outcomes(sweep_dir)
+        outcomes = with_unwritten(load_outcomes(sweep_dir), sweep_dir)  # + unwritable dirs'
         spooled = sum("tracking_error" in o for o in outcomes)
         url = None
         if self.parent_run_id is not None:
             with contextlib.suppress(Exception):  # the table below must print regardless
+                runs_url = ui_url(self.tracking_uri, self.experiment_id, config.tracking.ui_port)
+                url = training_url(runs_url, self.view_key)  # the training view, its children
                 log_summary(self.tracking_uri, self.parent_run_id, outcomes, self.num_jobs)
-                url = ui_url(self.tracking_uri, self.experiment_id, config.tracking.ui_port)
                 self._close_parent("FINISHED")
         print_summary(outcomes, title=f"distbench sweep {sweep_dir}", mlflow_url=url)
         if spooled:
@@ -251,6 +261,13 @@ class SweepCallback(Callback):
         with contextlib.suppress(Exception):
             batch = [Param(k, mask_text(v)[:6000]) for k, v in sorted(swept.items())][:100]
             retry(lambda: client(uri).log_batch(run_id, params=batch), tracking_uri=uri)
+
+    @staticmethod
+    def _log_view(uri: str, experiment_id: str, run: Any, swept: dict[str, str]) -> str | None:
+        """The sweep's shared view on its experiment (None when it cannot be stored)."""
+        with contextlib.suppress(Exception):
+            return log_sweep_view(uri, experiment_id, run.info.run_id, run.info.run_name, swept)
+        return None
 
     def _close_parent_at_exit(self) -> None:
         """The sweep died before on_multirun_end: mark its parent KILLED, quietly."""

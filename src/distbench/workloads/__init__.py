@@ -7,7 +7,7 @@ $DISTBENCH_PLUGINS, comma-separated) holds, without importing torch at import ti
     workload.py   run(job, run_dir) -> dict         # on every rank: this rank's raw figures
                   combine(per_rank: list[dict]) -> dict   # on rank 0: the body of result.json
                   measure(job, result, job_dir) -> Measured   # in the orchestrator: metrics,
-                                                    # series, artifacts and tags
+                                                    # series, artifacts, tags (and a failure)
 
 `register` also stores the Hydra option `workload=<name>` (package _global_), whose `workload`
 node is the spec's schema (a WorkloadConfig subclass with its defaults) and, for the three
@@ -86,12 +86,15 @@ class MetricSpec:
 @dataclass
 class Measured:
     """What a job logs: scalar metrics, stepped series (name, value, step), extra artifacts and
-    tags (e.g. train's equivalence check: equivalent=true)."""
+    tags (e.g. train's equivalence check: equivalent=true); `failure` (failure_kind, reason)
+    when the ranks completed but their result is not a valid measurement (train: `diverged`):
+    the run is FAILED with what it measured."""
 
     metrics: dict[str, float]
     series: list[tuple[str, float, int]] = field(default_factory=list)
     artifacts: list[Path] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
+    failure: tuple[str, str] | None = None
 
 
 def host_metrics(result: dict[str, Any]) -> dict[str, float]:

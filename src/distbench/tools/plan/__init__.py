@@ -31,17 +31,29 @@ prediction by (1 + median), and recommends from the calibrated figures. `--json`
 `--search` does not take the strategy files' degrees as given: from DeepSpeed's dp (ZeRO 0-3)
 and torch's ddp and fsdp it derives every (dp, tp, pp) of powers of two × micro-batch 1-8,
 resolves each as run.py would (refusals keep the engine's reason), predicts it, ranks those that
-fit by tokens/s and lists the rest by reason (`--json`: {ranked, refused, warnings}).
+fit by tokens/s and counts the rest by reason (`--verbose` lists them; `--json`: {ranked,
+refused, warnings}); a progress bar on stderr while it runs, the best row's `python run.py ...`
+command after it.
+
+Every table shows each row's layout (`dp×tp×pp`) and tokens per step; when they differ, a line
+says that tokens/s then compares different global batches, and `batch.global_batch_tokens=N`
+plans every row at one. The memory a fit compares is shown against the device with its margin
+(`need / dev GiB`, `free GiB`). fp32 planned on a GPU is warned about (GPUs train in bf16), and
+offload's host RAM is per node (DeepSpeed's ZeRO-2 estimator is the whole job's).
 
 The package: strategies.py (make_plan: each strategy's row and the recommendation), search.py
-(search_layouts: every layout ranked), inputs.py (the overrides, strategies and tags a plan
-starts from), store.py (measured links and error bars from the tracking store), sources.py
-(where each figure came from), render.py (the tables and the JSON).
+(search_layouts: every layout ranked), inputs.py (the overrides, strategies, tags and warnings a
+plan starts from), store.py (measured links and error bars from the tracking store), sources.py
+(where each figure came from), render.py (the tables and the JSON), advice.py (the run.py
+command of a row, refusals by reason, the global-batch note).
 """
 
+from distbench.tools.plan.advice import refusal_counts, run_command
 from distbench.tools.plan.inputs import (
     batch_warnings,
+    dtype_warnings,
     efficiency_model,
+    plan_warnings,
     project_dir,
     run_key_tags,
     strategy_options,
@@ -52,6 +64,7 @@ from distbench.tools.plan.render import (
     print_plan,
     print_search,
     search_json,
+    search_table,
 )
 from distbench.tools.plan.search import SEARCH_BASES, Search, search_layouts
 from distbench.tools.plan.sources import figure_sources
@@ -63,18 +76,23 @@ __all__ = [
     "Plan",
     "Search",
     "batch_warnings",
+    "dtype_warnings",
     "efficiency_model",
     "figure_sources",
     "make_plan",
     "open_store",
     "plan_json",
     "plan_table",
+    "plan_warnings",
     "print_plan",
     "print_search",
     "project_dir",
+    "refusal_counts",
+    "run_command",
     "run_key_tags",
     "search_json",
     "search_layouts",
+    "search_table",
     "stored_link_fits",
     "strategy_error_bars",
     "strategy_options",

@@ -1,6 +1,6 @@
 """What a plan starts from: the strategies to plan, the overrides as run.py composes them, the
-tags a row's earlier runs are found by, the batch warning, and the plan's hardware as JSON
-(tools/plan/, `distbench plan`).
+tags a row's earlier runs are found by, the warnings (a CPU batch for a large model, fp32 on a
+GPU), and the plan's hardware as JSON (tools/plan/, `distbench plan`).
 """
 
 from __future__ import annotations
@@ -95,6 +95,28 @@ def batch_warnings(job: Any, overrides: list[str]) -> list[str]:
         "default; plan with the batch you will train with, e.g. batch=medium or batch=large "
         "(seq_len 2048)"
     ]
+
+
+def dtype_warnings(job: Any, overrides: list[str]) -> list[str]:
+    """Warn when a GPU is planned in fp32 (the schema's default dtype, right for CPUs) unless
+    the user chose the dtype: GPUs train in bf16, at several times fp32's peak."""
+    chose_dtype = any(o.lstrip("+").startswith("workload.dtype=") for o in overrides)
+    if job.device != "cuda" or job.dtype != "fp32" or chose_dtype:
+        return []
+    hw = job.hardware
+    peaks = ""
+    if hw.peak_tflops_fp32 and hw.peak_tflops_bf16:
+        peaks = f" ({hw.peak_tflops_fp32:g} TFLOP/s fp32 against {hw.peak_tflops_bf16:g} bf16)"
+    return [
+        f"planned in fp32 on hardware={hw.name}{peaks}, the default dtype; GPUs train in "
+        "bf16: add workload.dtype=bf16 (run.py too)"
+    ]
+
+
+def plan_warnings(job: Any, overrides: list[str]) -> list[str]:
+    """What a plan warns about, from its first job: the batch (batch_warnings) and the dtype
+    (dtype_warnings)."""
+    return batch_warnings(job, overrides) + dtype_warnings(job, overrides)
 
 
 def hardware_dict(

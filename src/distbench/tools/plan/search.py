@@ -1,7 +1,11 @@
 """`distbench plan --search`: the strategy files' degrees not taken as given. From DeepSpeed's
 dp (ZeRO 0-3) and torch's ddp and fsdp it derives every (dp, tp, pp) of powers of two × micro
 batch 1-8, resolves each as run.py would (refusals keep the engine's reason), predicts it, ranks
-those that fit by tokens/s and lists the rest by reason (tools/plan/).
+those that fit by tokens/s and lists the rest by reason (tools/plan/). Activation checkpointing
+is a dimension too: each layout is tried without it, then selective, then full
+(SEARCH_CHECKPOINTING), and keeps the first that fits (labelled `ckpt=full`), so checkpointing
+costs its recompute only where memory needs it; an `activation_checkpointing=` override (or
+--recompute: full) pins one mode.
 
     python -c "from distbench.tools.plan import search_layouts as s; \\
                print(s(['model=tiny', 'world_size=4']).ranked[0][0])"
@@ -9,7 +13,7 @@ those that fit by tokens/s and lists the rest by reason (tools/plan/).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +27,8 @@ from distbench.figures.pred_error import ErrorBar
 from distbench.figures.predict import Prediction, predict
 from distbench.prepare import left_unmeasured, prepare_job
 from distbench.tools.plan.inputs import (
-    batch_warnings,
     efficiency_model,
+    plan_warnings,
     run_key_tags,
     split_strategy_override,
 )
@@ -38,6 +42,8 @@ SEARCH_BASES = (
     ("torch", "fsdp", (None,)),
 )
 SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
+# Activation checkpointing modes in the order a layout tries them: the cheapest first.
+SEARCH_CHECKPOINTING = ("none", "selective", "full")
 
 
 @dataclass
@@ -67,6 +73,7 @@ class _Found:
     title: str = "distbench plan --search"
     tracking: Any = None
     hardware: HardwareConfig | None = None
+    overrides: list[str] = field(default_factory=list)  # the search's (batch warnings)
 
 
 def search_layouts(
@@ -76,30 +83,81 @@ def search_layouts(
     efficiency: float | None = None,
     recompute: bool = False,
     history: bool = True,
+    on_layout: Callable[[int, int], None] | None = None,
 ) -> Search:
     """`distbench plan --search`: derive every layout the engines allow from SEARCH_BASES at
     the overrides' world size, resolve each exactly as run.py would (refusals keep the
     engine's one-line reason), predict it, and rank those that fit by tokens/s. With
-    `history`, each carries the error bar of its key's stored runs (strategy_error_bars)."""
+    `history`, each carries the error bar of its key's stored runs (strategy_error_bars).
+    `on_layout(tried, total)` is called as each layout starts (a progress bar)."""
     overrides, _ = split_strategy_override(efficiency_model(overrides, efficiency))
-    found = _Found()
+    tried = 0
+    found = _Found(overrides=overrides)
+    modes = checkpointing_modes(overrides, recompute)
     with composing() as compose:
         for engine, base, stages in SEARCH_BASES:
             cfg = compose([*overrides, f"strategy={base}"])
             for label, candidate in layouts(cfg, engine, base, stages, micro_batches):
-                try:
-                    job = resolve_layout(candidate, compose.conf_dir, efficiency, recompute)
-                except ConfigError as exc:
-                    found.refused[label] = str(exc)
-                    continue
-                if found.hardware is None:
-                    _first_job(found, job, overrides)
-                _rank(found, label, job, predict(job, efficiency=efficiency, recompute=recompute))
+                tried += 1
+                if on_layout is not None:
+                    on_layout(tried, search_size(cfg.world_size, micro_batches))
+                for mode in modes:  # the first mode that fits, else the last one's refusal
+                    refused = _try_layout(
+                        found, label, candidate, mode, compose.conf_dir, efficiency
+                    )
+                    if refused is None:
+                        break
+                else:
+                    found.refused[refused[0]] = refused[1]
     found.ranked.sort(key=lambda item: -(item[1].tokens_per_s or 0.0))
     bars, note = (
         strategy_error_bars(found.tracking, found.keys, found.time_sources) if history else ({}, "")
     )
     return Search(found.ranked, found.refused, found.title, found.warnings, bars, note)
+
+
+def checkpointing_modes(overrides: list[str], recompute: bool) -> tuple[str | None, ...]:
+    """The activation checkpointing modes each layout tries: SEARCH_CHECKPOINTING, or only the
+    composed one when an override sets activation_checkpointing (None: as composed), or full
+    with --recompute."""
+    if recompute:
+        return ("full",)
+    pinned = any(o.lstrip("+~").startswith("activation_checkpointing=") for o in overrides)
+    return (None,) if pinned else SEARCH_CHECKPOINTING
+
+
+def _try_layout(
+    found: _Found,
+    label: str,
+    candidate: Any,
+    mode: str | None,
+    conf_dir: Path,
+    efficiency: float | None,
+) -> tuple[str, str] | None:
+    """Resolve and predict the layout with activation checkpointing `mode` (None: as
+    composed): None when it fits and joins the ranking, else (its label, why not): the
+    engine's refusal or its memory."""
+    if mode is not None:
+        candidate = candidate.copy()
+        with open_dict(candidate):
+            candidate.activation_checkpointing = mode
+    mode = candidate.get("activation_checkpointing", "none")
+    head, _, mb = label.rpartition(" mb")
+    named = label if mode == "none" else f"{head} ckpt={mode} mb{mb}"
+    try:
+        job = resolve_layout(candidate, conf_dir, efficiency, False)
+    except ConfigError as exc:
+        return label, str(exc)
+    if found.hardware is None:
+        _first_job(found, job, found.overrides)
+    why = _rank(found, named, job, predict(job, efficiency=efficiency))
+    return None if why is None else (named, why)
+
+
+def search_size(world_size: int, micro_batches: tuple[int, ...]) -> int:
+    """How many layouts search_layouts tries at this world size."""
+    stages = sum(len(s) for _, _, s in SEARCH_BASES)
+    return stages * len(degrees(world_size)) * len(micro_batches)
 
 
 def degrees(world_size: int) -> list[tuple[int, int]]:
@@ -146,7 +204,7 @@ def resolve_layout(
 def _first_job(found: _Found, job: Any, overrides: list[str]) -> None:
     """The search's hardware, store, warnings and title, from its first resolved layout."""
     found.hardware, found.tracking = job.hardware, job.tracking
-    found.warnings = batch_warnings(job, overrides)
+    found.warnings = plan_warnings(job, overrides)
     found.title = (
         f"distbench plan --search: model={job.model.name} "
         f"world_size={job.world_size} hardware={job.hardware.name} "
@@ -155,14 +213,15 @@ def _first_job(found: _Found, job: Any, overrides: list[str]) -> None:
     )
 
 
-def _rank(found: _Found, label: str, job: Any, p: Prediction) -> None:
-    """A layout that fits joins the ranking; one that does not is refused with its memory."""
+def _rank(found: _Found, label: str, job: Any, p: Prediction) -> str | None:
+    """A layout that fits joins the ranking (None); one that does not is not ranked: its
+    memory, as its refusal."""
     if p.fits is False:
-        found.refused[label] = (
+        return (
             f"does not fit: {p.mem_needed_bytes / GIB:.1f} of "
             f"{p.device_mem_bytes / GIB:.1f} GiB per device"
         )
-        return
     found.ranked.append((label, p))
     found.keys[label] = run_key_tags(job)
     found.time_sources[label] = job.hardware.time_source
+    return None

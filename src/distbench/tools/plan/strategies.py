@@ -20,10 +20,10 @@ from distbench.figures.recommend import recommend
 from distbench.prepare import prepare_job
 from distbench.probes.parts import Measurements
 from distbench.tools.plan.inputs import (
-    batch_warnings,
     efficiency_model,
     hardware_dict,
     host_mem_gib,
+    plan_warnings,
     run_key_tags,
     split_strategy_override,
     strategy_options,
@@ -194,7 +194,7 @@ def _plan_shape(job: Any, cfg: Any, overrides: list[str], measured_links: bool) 
         tracking=cfg.tracking,
         fits=fits,
         link_note=link_note,
-        warnings=batch_warnings(job, overrides),
+        warnings=plan_warnings(job, overrides),
         title=title,
     )
 

@@ -3,9 +3,10 @@
 One idea per module, each importable on its own:
 
     load.py      MLflow → which runs a sweep names → one flat DataFrame (flat_table)
-    tables.py    pure tables: the grid, pivots, best per headline metric, Pareto front, scaling
-                 efficiency, failed runs, prediction errors (headline metrics: the workloads'
-                 MetricSpecs, distbench.workloads.metric_catalog)
+    tables.py    pure tables: the grid (layout and tokens per step beside the world size),
+                 pivots, best per headline metric among comparable runs (figures/fair.py),
+                 Pareto front, scaling efficiency, failed runs, prediction errors (headline
+                 metrics: the workloads' MetricSpecs, distbench.workloads.metric_catalog)
     views.py     the tables as documents show them: cells, links to runs, markdown, verdicts
     plots.py     matplotlib figures (PNG)
     document.py  the report's sections and their markdown
@@ -64,10 +65,12 @@ from distbench.tools.report.publish import (
     write_report,
 )
 from distbench.tools.report.tables import (
+    FAIR_KEYS,
     GRID_KEYS,
     PRED_COLUMNS,
     best_per_metric,
     best_rows,
+    comparable_groups,
     failed_runs,
     finished,
     grid_table,
@@ -83,8 +86,10 @@ from distbench.tools.report.tables import (
     with_labels,
 )
 from distbench.tools.report.views import (
+    GRID_LABELS,
     Cell,
     TableView,
+    constant_line,
     grid_view,
     markdown_table,
     markdown_view,
@@ -95,7 +100,9 @@ from distbench.tools.report.views import (
 )
 
 __all__ = [
+    "FAIR_KEYS",
     "GRID_KEYS",
+    "GRID_LABELS",
     "ID_COLUMNS",
     "MAX_PRED_HISTORY_ROWS",
     "NO_SCALING",
@@ -114,6 +121,8 @@ __all__ = [
     "best_per_metric",
     "best_rows",
     "build_sections",
+    "comparable_groups",
+    "constant_line",
     "data_uri",
     "failed_runs",
     "finished",

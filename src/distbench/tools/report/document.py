@@ -25,6 +25,7 @@ from distbench.tools.report.tables import (
 )
 from distbench.tools.report.views import (
     TableView,
+    constant_line,
     grid_view,
     markdown_view,
     table_view,
@@ -100,6 +101,10 @@ def build_sections(
 
 
 NO_SCALING = "no configuration ran at two or more world sizes"
+BEST_MARK_NOTE = (
+    "In bold: the best of each metric among comparable runs: the same tokens per step, and "
+    "for a whole-job figure (step time, tokens/s) the same world size."
+)
 PRED_ERROR_NOTE = (
     "error = (predicted − measured) / measured in %, per key (model strategy ZeRO stage "
     "hardware precision), through every run of the experiment with that key; per key the "
@@ -119,6 +124,8 @@ def render_markdown(s: Sections) -> str:
         "",
         "## Runs\n",
         markdown_view(views["grid"]),
+        *([f"_{constant_line(s.grid)}._\n"] if constant_line(s.grid) else []),
+        f"_{BEST_MARK_NOTE}_\n",
         "## Failed runs\n",
         markdown_view(views["failed"]),
         "## Predicted vs measured\n",

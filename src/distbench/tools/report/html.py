@@ -12,8 +12,13 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from distbench.tools.report.document import NO_SCALING, PRED_ERROR_NOTE, Sections
-from distbench.tools.report.views import verdict_lines
+from distbench.tools.report.document import (
+    BEST_MARK_NOTE,
+    NO_SCALING,
+    PRED_ERROR_NOTE,
+    Sections,
+)
+from distbench.tools.report.views import constant_line, verdict_lines
 
 
 def data_uri(path: Path) -> str:
@@ -42,6 +47,8 @@ def render_html(s: Sections) -> str:
         num_finished=s.num_finished,
         verdict=verdict_lines(s.best),
         views=s.views,
+        constant=constant_line(s.grid),
+        best_mark_note=BEST_MARK_NOTE,
         no_scaling=NO_SCALING,
         pred_error_note=PRED_ERROR_NOTE,
         relative_links=s.experiment_id is not None and s.ui_base is None,

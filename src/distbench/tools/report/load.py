@@ -8,12 +8,14 @@ run, its tags and every metric by its bare name). The only module of the report 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from distbench.figures.fair import layout_of, layout_of_params, tokens_of_params, tokens_per_step_of
 from distbench.tracking.mlflow_store import RUN_ID
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX
 from distbench.workloads import registry
@@ -59,6 +61,7 @@ class Selection:
     title: str
     sweep_dir: str | None = None  # the parent's distbench.sweep_dir tag: where its files are
     history: list[Any] = field(default_factory=list)  # every job's run of the experiment
+    swept: list[str] = field(default_factory=list)  # the keys the sweep varies: parent's params
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,17 @@ def sweep_path(sweep: str | None) -> Path | None:
     return None
 
 
+def require_store(tracking_uri: str) -> None:
+    """LookupError (one line) for a sqlite URI whose file does not exist: reading it would
+    create an empty store (and its folder) where a path was mistyped."""
+    from distbench.tracking.mlflow_store import sqlite_path
+
+    db = sqlite_path(tracking_uri)
+    if db is not None and not db.is_file():
+        where = "no such file" if db.parent.is_dir() else f"no folder {db.parent}"
+        raise LookupError(f"no MLflow store at {tracking_uri} ({where}); check the path")
+
+
 def load_runs(
     tracking_uri: str, sweep: str | None, experiment: str = "distbench", anchor: str | None = None
 ) -> Selection:
@@ -202,6 +216,7 @@ def load_runs(
 
     from distbench.tracking.spool import SWEEP_DIR_TAG
 
+    require_store(tracking_uri)
     client = MlflowClient(tracking_uri)
     path = sweep_path(sweep)
     recorded, named_in_dir = read_sweep_dir(path) if path else (set(), None)
@@ -238,17 +253,25 @@ def load_runs(
         raise LookupError(f"run {parent_run_id} has no child runs: not a sweep's parent run")
     title = f"sweep {parent.info.run_name} ({parent_run_id})"
     return Selection(
-        children, parent_run_id, experiment_id, title, parent.data.tags.get(SWEEP_DIR_TAG), jobs
+        children,
+        parent_run_id,
+        experiment_id,
+        title,
+        parent.data.tags.get(SWEEP_DIR_TAG),
+        jobs,
+        swept=list(parent.data.params),
     )
 
 
-def flat_table(runs: list[Any]) -> pd.DataFrame:
-    """MLflow runs → one row per run: ID_COLUMNS, tag_columns(), `hw.*` tags, bare metrics.
+def flat_table(runs: list[Any], swept: Sequence[str] = ()) -> pd.DataFrame:
+    """MLflow runs → one row per run: ID_COLUMNS, tag_columns(), `hw.*` tags, bare metrics, its
+    `layout` (dp×tp×pp) and `tokens_per_step` (from its params where it logged no metric), and
+    its value of each `swept` key (the sweep's varied keys; listed in `df.attrs["swept"]`).
     `world_size` becomes a number (NaN when absent); columns nobody has are absent."""
     rows = []
     columns = tag_columns()
     for run in runs:
-        tags = run.data.tags
+        tags, params = run.data.tags, run.data.params
         row = {
             "run_id": run.info.run_id,
             "run_name": run.info.run_name,
@@ -258,10 +281,20 @@ def flat_table(runs: list[Any]) -> pd.DataFrame:
         }
         row.update({k: v for k, v in tags.items() if k in columns or k.startswith("hw.")})
         row.update(run.data.metrics)
+        layout = layout_of({"layout": layout_of_params(params), **tags})
+        if layout:
+            row["layout"] = layout
+        tokens = tokens_per_step_of(run.data.metrics) or tokens_of_params(params)
+        if tokens:
+            row["tokens_per_step"] = tokens
+        for key in swept:
+            row.setdefault(key, params.get(key, params.get(f"{key}.name", tags.get(key))))
         rows.append(row)
     df = pd.DataFrame(rows)
     if "world_size" in df:
         df["world_size"] = pd.to_numeric(df["world_size"], errors="coerce")
     if len(df):
         df = df.sort_values([c for c in ("strategy", "world_size", "run_name") if c in df])
-    return df.reset_index(drop=True)
+    df = df.reset_index(drop=True)
+    df.attrs["swept"] = [k for k in swept if k in df]
+    return df

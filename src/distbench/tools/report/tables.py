@@ -8,11 +8,19 @@ metrics, their goals and labels are the workloads' declared MetricSpecs (metric_
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from distbench.figures.fair import (
+    best_per_group,
+    comparable_keys,
+    fairness_note,
+    group_label,
+    per_device,
+)
 from distbench.figures.pred_error import KEY_TAGS, PRED_METRICS, error_bar, run_rel_errs
 from distbench.workloads import MetricSpec, metric_catalog
 
@@ -58,54 +66,129 @@ def pivot(df: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 GRID_KEYS = ("run_name", "strategy", "world_size", "zero_stage", "status", "failure_kind")
+# What the grid shows after the world size: the layout (dp×tp×pp) and the tokens per optimizer
+# step (load.flat_table), the two things a fair comparison needs (figures/fair.py).
+FAIR_KEYS = ("layout", "tokens_per_step")
+# Grid columns that move to the grid's `constant` note when every run says the same.
+MOVABLE_KEYS = frozenset({"strategy", "world_size", "zero_stage", "status", "failure_kind"})
 
 
 def grid_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The whole grid in one table: one row per run (failed ones too), its configuration and
-    every headline metric some finished run has (raw values; the run order of flat_table).
-    `run_id` is kept last, for the link to the run."""
-    keys = [c for c in GRID_KEYS if c in df]
+    """The whole grid in one table: one row per run (failed ones too), its configuration (the
+    sweep's varied keys, the layout and tokens per step after the world size) and every
+    headline metric some finished run has (raw values; the run order of flat_table). With two
+    runs or more, a configuration column whose every run says the same leaves the table for
+    `grid.attrs["constant"]` {column: value}. `run_id` is kept last, for the link to the run."""
+    swept = [k for k in df.attrs.get("swept", []) if k in df and k not in GRID_KEYS]
+    order = [*GRID_KEYS[:1], *swept, *GRID_KEYS[1:3], *FAIR_KEYS, *GRID_KEYS[3:]]
+    keys = [c for c in order if c in df]
     names = [m.name for m in headline_metrics()]
     metrics = [m for m in names if m in df and finished(df)[m].notna().any()]
-    return df[keys + metrics + (["run_id"] if "run_id" in df else [])].reset_index(drop=True)
+    grid = df[keys + metrics + (["run_id"] if "run_id" in df else [])].reset_index(drop=True)
+    constant = {}
+    for col in keys:
+        movable = col in MOVABLE_KEYS or col in swept
+        if movable and len(grid) > 1 and grid[col].nunique(dropna=False) == 1:
+            constant[col] = grid[col].iloc[0]
+    grid = grid.drop(columns=list(constant))
+    grid.attrs["constant"] = {k: v for k, v in constant.items() if pd.notna(v)}
+    return grid
 
 
-def best_rows(grid: pd.DataFrame) -> dict[str, int]:
-    """For each headline metric column of `grid`: the row index of its best finished run."""
+def comparable_groups(df: pd.DataFrame, metric: str) -> list[tuple[Any, ...]]:
+    """Each row's comparison group for `metric` (figures/fair.py): its tokens per step and,
+    unless the metric is per device while every row has the same tokens per step, its world
+    size."""
+    ws = [_value(v) for v in df["world_size"]] if "world_size" in df else [None] * len(df)
+    tokens = (
+        [_value(v) for v in df["tokens_per_step"]] if "tokens_per_step" in df else [None] * len(df)
+    )
+    return comparable_keys(ws, tokens, per_device(metric))
+
+
+def _value(v: Any) -> Any:
+    """A cell as a plain number (None when missing), so that 2 and 2.0 group together."""
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return None
+    return float(v) if isinstance(v, int | float | np.number) else v
+
+
+def group_bests(done: pd.DataFrame, metric: str, goal: str) -> dict[tuple[Any, ...], int]:
+    """{comparison group: position in `done` of its best run} for a metric (comparable_groups:
+    never across tokens per step; per world size unless the metric is per device). Only groups
+    of two runs or more with the metric compare anything; when none has two, every group."""
+    values = [_value(v) for v in done[metric]]
+    keys = comparable_groups(done, metric)
+    best = best_per_group(values, keys, goal)
+    known = Counter(k for k, v in zip(keys, values, strict=True) if v is not None)
+    compared = {key: i for key, i in best.items() if known[key] > 1}
+    return compared or best
+
+
+def best_rows(grid: pd.DataFrame) -> dict[str, list[int]]:
+    """For each headline metric column of `grid`: the row index of the best finished run of
+    each comparison group (group_bests)."""
     done = finished(grid)
-    best = {}
+    best: dict[str, list[int]] = {}
     for metric in headline_metrics():
         if metric.name in done and done[metric.name].notna().any():
-            values = done[metric.name].dropna()
-            best[metric.name] = int(values.idxmin() if metric.goal == "min" else values.idxmax())
+            groups = group_bests(done, metric.name, metric.goal)
+            best[metric.name] = sorted(int(done.index[i]) for i in groups.values())
     return best
 
 
 def best_per_metric(df: pd.DataFrame) -> pd.DataFrame:
-    """For each headline metric a finished run has: the best run (min for time, memory, cost;
-    max for throughput, TFLOP/s, MFU), its value and configuration."""
-    df = finished(df)
+    """For each comparison group and headline metric a finished run has (group_bests): the
+    best run (min for time, memory, cost; max for throughput, TFLOP/s, MFU), its value, its
+    configuration and `group`, the group as text (`world_size 2, 1,024 tokens/step`)."""
+    df = finished(df).reset_index(drop=True)
     rows = []
-    for spec in headline_metrics():
+    for order, spec in enumerate(headline_metrics()):
         metric, goal = spec.name, spec.goal
         if metric not in df or df[metric].notna().sum() == 0:
             continue
-        values = df[metric].dropna()
-        best = df.loc[values.idxmin() if goal == "min" else values.idxmax()]
-        rows.append(
-            {
-                "metric": metric,
-                "goal": goal,
-                "label": spec.label,
-                "value": float(best[metric]),
-                "run_name": best.get("run_name"),
-                "strategy": best.get("strategy"),
-                "world_size": best.get("world_size"),
-                "zero_stage": best.get("zero_stage"),
-                "run_id": best.get("run_id"),
-            }
-        )
-    return pd.DataFrame(rows)
+        for key, i in group_bests(df, metric, goal).items():
+            best = df.loc[i]
+            rows.append(
+                {
+                    "order": (_sortable(key), order),
+                    "metric": metric,
+                    "goal": goal,
+                    "label": spec.label,
+                    "value": float(best[metric]),
+                    "run_name": best.get("run_name"),
+                    "strategy": best.get("strategy"),
+                    "world_size": best.get("world_size"),
+                    "zero_stage": best.get("zero_stage"),
+                    "layout": best.get("layout"),
+                    "tokens_per_step": best.get("tokens_per_step"),
+                    "group": group_label(key),
+                    "run_id": best.get("run_id"),
+                }
+            )
+    rows.sort(key=lambda row: row.pop("order"))  # by group, then the headline metrics' order
+    out = pd.DataFrame(rows)
+    out.attrs["note"] = comparison_note(df) if len(rows) else None
+    return out
+
+
+def comparison_note(df: pd.DataFrame) -> str | None:
+    """How the bests of these (finished) runs were picked (figures/fair.py fairness_note), and
+    the runs alone in their world size and tokens per step, which no best compares."""
+    ws = [_value(v) for v in df["world_size"]] if "world_size" in df else [None] * len(df)
+    tokens = comparable_groups(df, "")  # (tokens, world size) of each run
+    note = fairness_note(ws, [key[0] for key in tokens])
+    counts = Counter(tokens)
+    names = df.get("run_name", df.index)
+    alone = [str(n) for n, key in zip(names, tokens, strict=True) if counts[key] == 1]
+    if note and alone and len(alone) < len(df):
+        note += f"; no other run has the world size and tokens per step of {', '.join(alone)}"
+    return note
+
+
+def _sortable(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A group key that sorts with unknown parts last."""
+    return tuple((v is None, v if isinstance(v, float) else 0.0, str(v)) for v in key)
 
 
 def pareto_front(

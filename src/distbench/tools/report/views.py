@@ -13,7 +13,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from distbench.figures.fair import tokens_text
 from distbench.tools.report.tables import best_rows, headline_metrics
+
+# The grid's headers for its configuration columns (metrics carry their MetricSpec label).
+GRID_LABELS = {"run_name": "run", "layout": "dp×tp×pp", "tokens_per_step": "tokens/step"}
 
 
 def run_link(experiment_id: str, run_id: str, ui_base: str | None = None) -> str:
@@ -56,12 +60,30 @@ def markdown_table(df: pd.DataFrame, index: bool = False) -> str:
 
 
 def verdict_lines(best: pd.DataFrame) -> list[str]:
-    """One line per headline metric: its best run, e.g. `best throughput (tokens/s) (max): …`."""
-    return [
-        f"best {r.label} ({r.goal}): {_fmt(r.value)}  {r.run_name}"
-        f"  (strategy={r.strategy} world_size={_fmt(r.world_size)} zero_stage={r.zero_stage})"
-        for r in best.itertuples()
-    ]
+    """One line per comparison group and headline metric (tables.best_per_metric): its best
+    run, e.g. `best throughput (tokens/s) (max): …`, and first, where the runs do not all
+    compare, the line that says how they were grouped (tables.comparison_note)."""
+    if best.empty:
+        return []
+    groups = best.groupby("metric")["group"].nunique() if "group" in best else None
+    lines = [best.attrs["note"]] if best.attrs.get("note") else []
+    for r in best.itertuples():
+        fair = ""
+        if isinstance(getattr(r, "layout", None), str):
+            fair += f" layout={r.layout}"
+        if _known(getattr(r, "tokens_per_step", None)):
+            fair += f" tokens/step={tokens_text(r.tokens_per_step)}"
+        among = f" among {r.group}" if groups is not None and groups.get(r.metric, 1) > 1 else ""
+        lines.append(
+            f"best {r.label} ({r.goal}): {_fmt(r.value)}  {r.run_name}"
+            f"  (strategy={r.strategy} world_size={_fmt(r.world_size)} zero_stage={r.zero_stage}"
+            f"{fair}){among}"
+        )
+    return lines
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and np.isnan(value))
 
 
 @dataclass(frozen=True)
@@ -102,11 +124,23 @@ def grid_view(
             href = None
             if col == "run_name" and experiment_id and isinstance(row.get("run_id"), str):
                 href = run_link(experiment_id, row["run_id"], ui_base)
-            cells.append(Cell(_fmt(row[col]), href, best.get(col) == i))
+            text = tokens_text(row[col]) if col == "tokens_per_step" and _known(row[col]) else None
+            cells.append(Cell(text or _fmt(row[col]), href, i in best.get(col, ())))
         rows.append(cells)
-    labels = {m.name: m.label for m in headline_metrics()}
-    columns = ["run" if c == "run_name" else labels.get(c, c) for c in shown]
-    return TableView(columns, rows)
+    labels = {m.name: m.label for m in headline_metrics()} | GRID_LABELS
+    return TableView([labels.get(c, c) for c in shown], rows)
+
+
+def constant_line(grid: pd.DataFrame) -> str:
+    """What every run of the grid shares (the columns grid_table moved out), as one sentence;
+    empty when nothing is."""
+    constant = grid.attrs.get("constant") or {}
+    labels = GRID_LABELS
+    return (
+        "Every run: " + ", ".join(f"{labels.get(k, k)} {_fmt(v)}" for k, v in constant.items())
+        if constant
+        else ""
+    )
 
 
 def markdown_view(view: TableView) -> str:

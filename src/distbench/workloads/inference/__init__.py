@@ -6,7 +6,7 @@ strategy=dp (or ddp, zero1, zero2): whole-model replicas, each its own prompts; 
 DeepSpeed AutoTP (init_inference) over strategy.tp ranks.
 
     python run.py -m workload=inference strategy=dp,tp world_size=2 inference.num_new_tokens=32
-    python run.py workload=inference strategy=dp inference.cuda_graph=true   # on a GPU
+    python run.py workload=inference strategy=dp hardware=auto   # on a GPU: CUDA graphs by default
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ DECODE_RATE = MetricSpec(
 TPOT = MetricSpec("time_per_output_token_s", "s", "min", "time per output token (s)", ".4f")
 LATENCY_P50 = MetricSpec("latency_s_p50", "s", "min", "request latency p50 (s)", ".3f")
 LATENCY_P90 = MetricSpec("latency_s_p90", "s", "min", "request latency p90 (s)", ".3f")
+# Memory-bandwidth utilisation of the decode steps (metrics.py), MFU's twin for a step bound by
+# the bytes it reads; logged where the hardware catalog gives the device's bandwidth.
+MBU = MetricSpec("mbu_pct", "%", "max", "MBU (%)", ".2f", column="MBU %")
 # Why kernel_inject is refused: DeepSpeed's injected GPT-2 layer reads the KV cache as a tensor
 # ("'DynamicCache' object has no attribute 'dtype'") and its Llama container fuses q, k, v and
 # refuses grouped-query attention ("Merging tensors is not allowed here"), while transformers
@@ -66,7 +69,10 @@ class InferenceConfig:
     decoding: str = "greedy"  # argmax, no sampling (deterministic across layouts)
     # CUDA only: a static KV cache and the decode step compiled with
     # torch.compile(mode="reduce-overhead"), replayed as a CUDA graph per token; tagged decode.
-    cuda_graph: bool = False
+    # None (the default): on wherever it runs (cuda_graph_runs: a CUDA device, whole replicas,
+    # a warm-up batch to compile in), off elsewhere; eager decode was 8.5x slower per token for
+    # llama_1b on an H100 (benchmarks/gpu_runs/2026-11-25_h100). The Job holds the bool.
+    cuda_graph: bool | None = None
     # DeepSpeed's injected kernels (init_inference(replace_with_kernel_inject=True)): refused,
     # with the reason (KERNEL_INJECT_REFUSAL).
     kernel_inject: bool = False
@@ -127,8 +133,15 @@ def check(job: Job) -> None:
     checks.no_fp16_on_cpu(job.device, job.dtype)
     if inf.kernel_inject:
         raise ConfigError(KERNEL_INJECT_REFUSAL)
+    if inf.cuda_graph is None:  # settled here, before the Job's tree is hashed or written
+        inf.cuda_graph = cuda_graph_runs(job)
     if inf.cuda_graph:
         check_cuda_graph(job)
+
+
+def cuda_graph_runs(job: Job) -> bool:
+    """Where inference.cuda_graph's default turns it on: what check_cuda_graph accepts."""
+    return job.device == "cuda" and job.layout.tp == 1 and job.workload.num_warmup_steps >= 1
 
 
 def check_cuda_graph(job: Job) -> None:
@@ -151,6 +164,7 @@ def check_cuda_graph(job: Job) -> None:
         )
 
 
+_AFTER_MFU = common_metrics.MODEL_RUN_METRICS.index(common_metrics.MFU) + 1  # MBU beside MFU
 SPEC = register(
     WorkloadSpec(
         name="inference",
@@ -162,7 +176,9 @@ SPEC = register(
         metrics=(
             TTFT,
             DECODE_RATE,
-            *common_metrics.MODEL_RUN_METRICS,
+            *common_metrics.MODEL_RUN_METRICS[:_AFTER_MFU],  # throughput, TFLOP/s, MFU
+            MBU,
+            *common_metrics.MODEL_RUN_METRICS[_AFTER_MFU:],  # memory, cost
             TPOT,
             LATENCY_P50,
             LATENCY_P90,

@@ -17,6 +17,18 @@ attention term has no causal discount: every prefill token is charged the whole 
 Prefill computes logits for the last prompt position only (`logits_to_keep=1`, as
 transformers' generate() does), so the LM head (V·d) is charged once per prompt, not P times.
 
+Memory-bandwidth utilisation (MBU), the decode-side twin of MFU: a decode step is bound by the
+bytes it must read, every weight in a matmul once (shared by the batch) and each sequence's KV
+cache up to its position, so
+
+    bytes per decode step = N·b + B·2·L·d_kv·c·b      (d_kv = num_kv_heads · head_dim; c keys)
+    MBU % = 100 · bytes read / decode time / (devices · the device's memory bandwidth)
+
+with the bandwidth from the hardware catalog (`hardware.mem_bandwidth_gbps`, datasheet HBM/
+GDDR figures); none on CPU, so no MBU there. As for the FLOPs, c = P + j at decode step j and
+the bytes of the static cache a CUDA graph reads beyond c are not counted: MBU counts what the
+step must read (Databricks' "LLM inference performance engineering", 2023, defines it so).
+
     python -c "import distbench.workloads.inference.metrics as m
 print(m.decode_flops(7e6, 4, 256, 64, 16))"
 """
@@ -77,6 +89,66 @@ def decode_arithmetic_intensity(
     mean_context = prompt_len + num_new_tokens / 2.0
     flops = batch_size * (2.0 * num_matmul_params + 4.0 * num_layers * hidden * mean_context)
     return flops / (num_matmul_params * bytes_per_param)
+
+
+def decode_bytes(
+    num_matmul_params: float,
+    num_layers: int,
+    kv_dim: int,
+    prompt_len: int,
+    num_new_tokens: int,
+    batch_size: int,
+    bytes_per_value: int,
+) -> float:
+    """Bytes one replica's decode steps j = 1 .. n−1 must read: the weights once per step and
+    each of the B sequences' K and V at c = P + j keys (the sum over j as in decode_flops):
+
+        (n−1)·N·b + B·2·L·d_kv·b·((n−1)·P + n·(n−1)/2)"""
+    steps = num_new_tokens - 1
+    context_sum = steps * prompt_len + num_new_tokens * steps / 2.0
+    kv_bytes = batch_size * 2.0 * num_layers * kv_dim * bytes_per_value * context_sum
+    return steps * num_matmul_params * bytes_per_value + kv_bytes
+
+
+def mbu_pct(bytes_per_s_per_device: float, mem_bandwidth_gbps: float) -> float:
+    """Memory-bandwidth utilisation: the bytes a device read per second over what its memory
+    delivers (GB/s, 1e9 bytes), in %."""
+    return 100.0 * bytes_per_s_per_device / (mem_bandwidth_gbps * 1e9)
+
+
+def decode_bandwidth_metrics(
+    *,
+    decode_times_s: Sequence[float],
+    num_matmul_params: float,
+    num_layers: int,
+    kv_dim: int,
+    prompt_len: int,
+    num_new_tokens: int,
+    batch_size: int,
+    dp: int,
+    world_size: int,
+    dtype: str,
+    mem_bandwidth_gbps: float | None,
+) -> dict[str, float]:
+    """decode_mem_gbytes_per_s (the bytes every device read per second of decode, GB/s per
+    device) and, with the device's bandwidth, mbu_pct; {} without a decode step."""
+    decode_s = float(np.sum(decode_times_s))
+    if num_new_tokens < 2 or decode_s <= 0:
+        return {}
+    per_replica = decode_bytes(
+        num_matmul_params,
+        num_layers,
+        kv_dim,
+        prompt_len,
+        num_new_tokens,
+        batch_size,
+        BYTES_PER_DTYPE[dtype],
+    )
+    per_device = dp * per_replica * len(decode_times_s) / decode_s / world_size
+    out = {"decode_mem_gbytes_per_s": per_device / 1e9}
+    if mem_bandwidth_gbps:
+        out["mbu_pct"] = mbu_pct(per_device, mem_bandwidth_gbps)
+    return out
 
 
 def tokens_per_s(num_tokens: float, seconds: float) -> float:

@@ -33,7 +33,7 @@ from distbench.job import Job, Layout
 from distbench.ranks.models import count_params
 from distbench.workloads import Measured
 from distbench.workloads.inference import inference_sizes
-from distbench.workloads.inference.metrics import inference_metrics
+from distbench.workloads.inference.metrics import decode_bandwidth_metrics, inference_metrics
 
 TOP_K_LOGITS = 8  # first-step logits kept per row in result.json (for correctness checks)
 
@@ -335,6 +335,21 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
         dtype=dtype,
         peak_tflops_per_device=getattr(hw, f"peak_tflops_{dtype}"),
         price_usd_per_device_hour=hw.price_usd_per_hour,
+    )
+    metrics.update(  # MBU beside MFU: the decode steps' bytes over the device's bandwidth
+        decode_bandwidth_metrics(
+            decode_times_s=result["decode_times_s"][num_warmup:],
+            num_matmul_params=params["matmul"],
+            num_layers=model.num_layers,
+            kv_dim=model.num_kv_heads * (model.hidden_size // model.num_heads),
+            prompt_len=prompt_len,
+            num_new_tokens=job.options.num_new_tokens,
+            batch_size=batch_size,
+            dp=layout.dp,
+            world_size=layout.world_size,
+            dtype=dtype,
+            mem_bandwidth_gbps=hw.mem_bandwidth_gbps,
+        )
     )
     metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in ranks) / GIB
     metrics["num_params"] = float(params["total"])

@@ -34,6 +34,9 @@ class TrainWorkload(WorkloadConfig):
     # N more steps after the timed ones under torch.profiler (not timed): the job dir gets
     # profile.rank0.txt and trace.rank0.json (distbench/ranks/profiling.py).
     profile_steps: int = 0
+    # torch.compile per decoder layer (engines/); the first warm-up step compiles, its time
+    # beyond a timed step is logged as compile_time_s, never in the timed steps. Tagged.
+    compile: bool = False
 
 
 def check(job: Job) -> None:
@@ -54,6 +57,11 @@ def check(job: Job) -> None:
             f"workload.profile_steps={job.workload.profile_steps} must be >= 0 (0: no profile)"
         )
     check_precision(job)
+    if job.workload.compile and job.workload.num_warmup_steps < 1:
+        raise ConfigError(
+            "workload.compile=true compiles in the first warm-up step, got "
+            "workload.num_warmup_steps=0; use workload.num_warmup_steps >= 1"
+        )
     if job.hardware.time_source == "auto":  # a bad $DISTBENCH_TIME_SOURCE fails before a run
         train_prepare.env_time_source()
 
@@ -117,8 +125,15 @@ SPEC = register(
             common_metrics.STEP_TIME_P90,
             *common_metrics.MODEL_RUN_METRICS,
         ),
-        # the rank grid that ran (dp2-pp1-tp2); measure()'s equivalence check
-        tag_keys=("layout_tag", "equivalent", "equivalence_tolerance", "equivalence_note"),
+        # the rank grid that ran (dp2-pp1-tp2); measure()'s equivalence check; the step a
+        # diverged run (failure_kind=diverged) stopped at
+        tag_keys=(
+            "layout_tag",
+            "equivalent",
+            "equivalence_tolerance",
+            "equivalence_note",
+            "diverged_at_step",
+        ),
         named_by_strategy=True,  # the strategy group is train's layouts: "dp", not "train/dp"
         prepare=train_prepare.prepare,  # time source, measured step parts, ZeRO-3's engine probe
         artifacts=artifacts,  # ds_config.json on DeepSpeed

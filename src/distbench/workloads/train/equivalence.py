@@ -5,7 +5,9 @@ type), global batch, dtype and precision recipe.
 The reference is one forward pass of the unsplit model over step 0's whole global batch (every
 replica's rows, every micro-batch): the first step's loss is computed before any update, so
 no training is needed. It runs in a subprocess (the orchestrator does not import torch) and is
-cached per model, batch, dtype, seed and number of rows, so a sweep computes it once.
+cached per model, batch, dtype, seed and number of rows, so a sweep computes it once (in
+reference_losses.json of the probes' cache folder, $DISTBENCH_CACHE_DIR; a damaged file or entry
+is computed again and rewritten). A first-step loss that is not finite is never "equivalent".
 
     python -m distbench.workloads.train.equivalence JOB_DIR      # prints {"loss_first_single": ...}
 """
@@ -16,15 +18,17 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
-from distbench.files import write_json_atomic
 from distbench.job import Job
+from distbench.launch.lifeline import die_with_parent
+from distbench.probes import cache
 from distbench.ranks.models import INIT_SCHEME
 
-CACHE = Path.home() / ".cache" / "distbench" / "reference_losses.json"
+CACHE_FILE = "reference_losses.json"  # {reference_key: loss} in cache.cache_dir()
 # Relative tolerance on the first-step loss. fp32: sharded reductions add in another order;
 # seen here ≤ 1e-6, so 1e-4 leaves room and still catches a wrong split (≥ 1e-3). bf16 keeps
 # 8 mantissa bits (≈ 4e-3 per rounding) and rounds after every op: 2e-2.
@@ -84,33 +88,28 @@ def compute_reference(job: Job) -> float:
     return sum(losses) / len(losses)
 
 
-def _read_cache() -> dict[str, float]:
-    """Every cached reference by key ({} without a cache, or one that is not a JSON object)."""
-    try:
-        cache = json.loads(CACHE.read_text())
-    except (OSError, ValueError):
-        return {}
-    return cache if isinstance(cache, dict) else {}
+def is_reference(entry: object) -> bool:
+    """Whether a cache entry is a reference loss: a finite number (else it is computed again)."""
+    return isinstance(entry, int | float) and not isinstance(entry, bool) and math.isfinite(entry)
 
 
 def reference_loss(job: Job, job_dir: Path, timeout_s: float = 600) -> float:
     """The cached reference, or computed now in a subprocess (from job_dir's resolved.yaml,
     which holds `job`) and cached."""
     key = reference_key(job)
-    cache = _read_cache()
-    if not isinstance(cache.get(key), (int, float)):  # a damaged entry is computed again
+    reference = cache.cached_entry(CACHE_FILE, key, is_reference)
+    if reference is None:  # none yet, or a damaged file or entry: computed again, rewritten
         out = subprocess.run(
             [sys.executable, "-m", "distbench.workloads.train.equivalence", str(job_dir)],
             capture_output=True,
             text=True,
             timeout=timeout_s,
             check=True,
+            preexec_fn=die_with_parent(),  # dies with the orchestrator, even SIGKILLed
         ).stdout
-        cache = _read_cache()
-        cache[key] = json.loads(out.strip().splitlines()[-1])["loss_first_single"]
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(CACHE, cache)
-    return cache[key]
+        reference = json.loads(out.strip().splitlines()[-1])["loss_first_single"]
+        cache.store(CACHE_FILE, key, reference)
+    return float(reference)
 
 
 def check(
@@ -124,6 +123,8 @@ def check(
             "equivalence_note": f"{num_params:.3g} params > {MAX_REFERENCE_PARAMS:.3g}: "
             "no single-device reference",
         }
+    if not math.isfinite(loss_first):  # a diverged first step matches nothing
+        return {}, {"equivalent": "false", "equivalence_note": f"first-step loss {loss_first}"}
     reference = reference_loss(job, job_dir)
     err = rel_err(loss_first, reference)
     tolerance = TOLERANCE[job.dtype]

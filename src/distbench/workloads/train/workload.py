@@ -3,6 +3,10 @@
 The engine (`strategy.engine`: deepspeed or torch, see engines/__init__.py) is built by its
 module's `initialize(model, job)`; the loop only calls `train_step(micro_batches)`.
 
+A step whose mean loss over ranks is not finite (nan, inf) ends the loop on every rank (they
+all see the same gathered mean): the run diverged. measure() then fails it as `diverged`, naming
+the step, and keeps the figures of the steps that ran.
+
 Every strategy sees the same data: step s's global batch is drawn from (seed, s) and each
 data-parallel replica takes its slice, so layouts differ only in how they compute. Each step is
 bracketed by a barrier and a device sync; its time is the slowest rank's. After the timed region
@@ -17,6 +21,7 @@ device, MFU and peak memory (GiB, % of the device), named as the run's metrics.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -111,7 +116,9 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
     from distbench.ranks import dist as dist_utils
 
     peak_mem_bytes = dist_utils.peak_memory_bytes(job.device)
-    profiled = profiled_steps(job, wrapped, run_dir, rank) if job.workload.profile_steps else {}
+    ran_all = len(step_times_s) == job.workload.num_warmup_steps + job.workload.num_steps
+    profile = job.workload.profile_steps and ran_all  # a diverged run stopped early: no profile
+    profiled = profiled_steps(job, wrapped, run_dir, rank) if profile else {}
     return {
         **profiled,
         **started,
@@ -162,7 +169,8 @@ def start_engine(job: Job, run_dir: Path, rank: int) -> tuple[Any, dict[str, flo
 
 def timed_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> tuple[list, list]:
     """The warm-up and timed steps: each step's time (s) and loss on this rank; rank 0 writes
-    one progress.jsonl line per step (the slowest rank's time, the mean loss)."""
+    one progress.jsonl line per step (the slowest rank's time, the mean loss). A step whose
+    mean loss is not finite is the last one (every rank sees the same mean: they stop together)."""
     import torch.distributed as dist
 
     from distbench.ranks import dist as dist_utils
@@ -190,6 +198,8 @@ def timed_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> tuple[list,
             line = progress_line(job, step, *gathered)
             progress.write(json.dumps(line) + "\n")
             progress.flush()
+        if not math.isfinite(gathered[0]):  # diverged: measure() fails the run at this step
+            break
     if progress:
         progress.close()
     return step_times_s, losses
@@ -262,15 +272,50 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+# Figures computed from the timed steps' times: absent when a run diverged during warm-up.
+STEP_TIME_METRICS = (
+    "step_time_s_mean",
+    "step_time_s_p50",
+    "step_time_s_p90",
+    "throughput_tokens_per_s",
+    "tflops_total",
+    "tflops_per_device",
+    "cost_usd_per_1m_tokens",
+    "mfu_pct",
+)
+DIVERGED = "diverged"  # the failure kind of a run whose loss went non-finite
+
+
+def diverged_step(losses: list[float]) -> int | None:
+    """The 1-based step whose loss was first not finite (nan, inf), or None."""
+    return next((i + 1 for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
+
+
+def divergence(job: Job, losses: list[float]) -> tuple[int, str] | None:
+    """(the step, the failure reason) of a run whose loss went non-finite, else None."""
+    step = diverged_step(losses)
+    if step is None:
+        return None
+    num_warmup, num_timed = job.workload.num_warmup_steps, job.workload.num_steps
+    phase = "warm-up" if step <= num_warmup else "timed"
+    reason = (
+        f"the loss went {losses[step - 1]} at step {step}/{num_warmup + num_timed} ({phase}); "
+        f"the run stopped there. Lower workload.lr={job.workload.lr:g} or check the precision"
+    )
+    return step, reason
+
+
 def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Measured:
     """result.json (raw timings, losses, memory) → the logged metrics with their units; with a
-    job_dir, the first-step loss is also checked against the single-device reference."""
+    job_dir, the first-step loss is also checked against the single-device reference. A run
+    whose loss went non-finite fails as `diverged` with the figures of the steps it ran."""
     num_warmup = result["num_warmup_steps"]
     model, hw, layout = job.model, job.hardware, job.layout
     params = count_params(model)
     num_tokens, flops = work_per_step(job)  # the same figures as the live step lines
+    timed = result["step_times_s"][num_warmup:]
     metrics = train_metrics(
-        step_times_s=result["step_times_s"][num_warmup:],
+        step_times_s=timed or result["step_times_s"],
         losses=result["losses"],
         peak_mem_bytes_per_rank=[r["peak_mem_bytes"] for r in result["ranks"]],
         num_tokens_per_step=num_tokens,
@@ -279,21 +324,53 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
         peak_tflops_per_device=getattr(hw, f"peak_tflops_{job.dtype}"),
         price_usd_per_device_hour=hw.price_usd_per_hour,
     )
-    metrics["init_mem_gib"] = max(r["init_mem_bytes"] for r in result["ranks"]) / GIB
-    metrics["init_time_s"] = max(r["init_time_s"] for r in result["ranks"])
-    if "import_time_s" in result["ranks"][0]:
-        metrics["import_time_s"] = max(r["import_time_s"] for r in result["ranks"])
-    for key in ("profile_step_time_s", "profile_device_busy_frac"):  # with profile_steps
-        if key in result["ranks"][0]:
-            metrics[key] = result["ranks"][0][key]
+    if not timed:  # diverged during warm-up: no timed step to take a step time from
+        for key in STEP_TIME_METRICS:
+            metrics.pop(key, None)
+        metrics["num_timed_steps"] = 0.0
+    metrics.update(start_metrics(result["ranks"]))
+    if getattr(job.workload, "compile", False) and num_warmup and timed:
+        metrics["compile_time_s"] = compile_time_s(result["step_times_s"][0], timed)
     metrics["tokens_per_step"] = float(num_tokens)
     metrics["model_flops_per_token"] = flops
     metrics["num_params"] = float(params["total"])
     metrics.update(pred_vs_measured(job, metrics))
     series = [("step_time_s", t, i) for i, t in enumerate(result["step_times_s"])]
     series += [("loss", loss, i) for i, loss in enumerate(result["losses"])]
+    diverged = divergence(job, result["losses"])
+    if diverged is not None:  # no equivalence is claimed for a run that diverged
+        step, reason = diverged
+        tags = {
+            "diverged_at_step": str(step),
+            "equivalent": "unchecked",
+            "equivalence_note": f"not checked: the loss went non-finite at step {step}",
+        }
+        return Measured(metrics=metrics, series=series, tags=tags, failure=(DIVERGED, reason))
     tags = check_equivalence(job, metrics, job_dir) if job_dir else {}
     return Measured(metrics=metrics, series=series, tags=tags)
+
+
+def compile_time_s(first_step_s: float, timed_steps_s: list[float]) -> float:
+    """What torch.compile added to the first warm-up step (which compiles every decoder layer's
+    forward and backward): its time less the median timed step; never part of the timed steps."""
+    import statistics
+
+    return max(0.0, first_step_s - statistics.median(timed_steps_s))
+
+
+def start_metrics(ranks: list[dict[str, Any]]) -> dict[str, float]:
+    """What starting the job cost (the worst rank's init_mem_gib, init_time_s, import_time_s)
+    and, with profile_steps, rank 0's profiled figures."""
+    out = {
+        "init_mem_gib": max(r["init_mem_bytes"] for r in ranks) / GIB,
+        "init_time_s": max(r["init_time_s"] for r in ranks),
+    }
+    if "import_time_s" in ranks[0]:
+        out["import_time_s"] = max(r["import_time_s"] for r in ranks)
+    for key in ("profile_step_time_s", "profile_device_busy_frac"):  # with profile_steps
+        if key in ranks[0]:
+            out[key] = ranks[0][key]
+    return out
 
 
 def check_equivalence(job: Job, metrics: dict[str, float], job_dir: Path) -> dict[str, str]:
