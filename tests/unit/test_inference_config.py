@@ -60,6 +60,7 @@ def test_sizes_default_to_the_batch_group():
         ),
         (["inference.decoding=beam"], "inference.decoding='beam' is not allowed"),
         (["workload.num_steps=0"], "workload.num_steps=0 must be >= 1"),
+        (["activation_checkpointing=full"], "activation_checkpointing=full: workload=inference"),
         (["hardware=cpu", "workload.dtype=fp16"], "does not run on CPU"),
         (["hardware=cpu", "inference.cuda_graph=true"], "inference.cuda_graph=true needs a CUDA"),
         (["inference.kernel_inject=true"], "do not run with the transformers versions"),

@@ -318,17 +318,12 @@ def activation_terms(
     checkpointing: str = "none",
     checkpointing_every: int = 2,
 ) -> dict[str, float]:
-    """The forward/backward peak's terms:
-    - activations_layers: what one HF layer saves (`hf_activation_bytes_per_layer`) × the
-      stage's layers × the micro-batches it holds (1F1B: min(pp, m); torch_pp's GPipe, its
-      default `pp_schedule`: all m); a checkpointed layer (`checkpointing`, or recompute=True:
-      full) keeps its input only, and activations_recompute is one layer's working set
-      (`checkpointed_layer_terms`);
-    - activations_logits: the loss's logits (`loss_logits_bytes`; both engines keep the LM
-      head whole under TP: torch_tp replicates it, AutoTP too), and under torch_pp those its
-      last stage keeps (`pipeline_logits_held_bytes`);
-    - backward_grad_transient: backward materialises a weight's gradient before accumulating
-      it into .grad; a tied embedding gets two (from the LM head and from the lookup) at once."""
+    """The forward/backward peak's terms: activations_layers (one HF layer's saved tensors ×
+    the stage's layers × the micro-batches it holds: 1F1B min(pp, m), torch_pp's GPipe all m;
+    a checkpointed layer keeps its input only, activations_recompute one layer's working set);
+    activations_logits (the loss's logits, the LM head whole under TP on both engines, plus
+    what torch_pp's last stage keeps); backward_grad_transient (a weight's gradient before it
+    is accumulated into .grad; a tied embedding gets two at once)."""
     per_layer = hf_activation_bytes_per_layer(
         family,
         seq_len,
@@ -349,16 +344,9 @@ def activation_terms(
     torch_pipeline = engine == "torch" and layout.pp > 1
     torch_gpipe = torch_pipeline and (pp_schedule or DEFAULT_PP_SCHEDULE) == "gpipe"
     in_flight = m if torch_gpipe else min(layout.pp, m)
-    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size)
-    if torch_pipeline:
-        logits += pipeline_logits_held_bytes(
-            seq_len,
-            micro_batch_size,
-            vocab_size,
-            m,
-            dtype_bytes=dtype_bytes,
-            all_forwards_first=torch_gpipe,
-        )
+    logits = _logits_bytes(
+        seq_len, micro_batch_size, vocab_size, m, dtype_bytes, torch_pipeline, torch_gpipe
+    )
     transient = dtype_bytes * split.largest_matrix / layout.tp * (2 if tied_embeddings else 1)
     layers = checkpointed_layer_terms(
         per_layer, layer_input, stage_layers, recomputed, in_flight, loss_peak_bytes=logits
@@ -368,6 +356,29 @@ def activation_terms(
         "activations_logits": logits,
         "backward_grad_transient": transient,
     }
+
+
+def _logits_bytes(
+    seq_len: int,
+    micro_batch_size: int,
+    vocab_size: int,
+    num_micro_batches: int,
+    dtype_bytes: int,
+    torch_pipeline: bool,
+    torch_gpipe: bool,
+) -> float:
+    """The loss's logits, plus under torch_pp those its last stage keeps."""
+    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size)
+    if torch_pipeline:
+        logits += pipeline_logits_held_bytes(
+            seq_len,
+            micro_batch_size,
+            vocab_size,
+            num_micro_batches,
+            dtype_bytes=dtype_bytes,
+            all_forwards_first=torch_gpipe,
+        )
+    return logits
 
 
 # --------------------------------------------------------------------------- the assembly

@@ -95,6 +95,11 @@ def check(job: Job) -> None:
     model, strategy, inf, layout = job.model, job.strategy, job.options, job.layout
     one_of("inference.decoding", inf.decoding, DECODINGS)
     name, tp = strategy.name, layout.tp
+    if job.activation_checkpointing != "none":
+        raise ConfigError(
+            f"activation_checkpointing={job.activation_checkpointing}: workload=inference runs no "
+            "backward pass, so nothing is recomputed; use activation_checkpointing=none"
+        )
     if layout.pp > 1:
         raise ConfigError(
             f"workload=inference runs data-parallel replicas or tensor parallelism, not "
