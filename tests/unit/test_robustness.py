@@ -54,6 +54,21 @@ def test_a_rank_that_never_starts_is_a_timeout_after_the_startup_limit(tmp_path)
     assert kind == "timeout" and "rank 1 did not start" in reason
 
 
+def test_a_rank_setting_up_is_held_to_the_startup_limit_not_the_stall_limit(tmp_path):
+    # both ranks joined the process group (step -1) 15 s ago, still importing and building the
+    # model on a loaded host: past the 10 s stall limit, within the 30 s start-up limit
+    dog = Watchdog(tmp_path, 2, LIMITS)
+    beat(tmp_path, 0, -1, age_s=15)
+    beat(tmp_path, 1, -1, age_s=15)
+    assert dog.check_heartbeats(time.time()) is None
+    kind, reason = dog.check_heartbeats(time.time() + 31)
+    assert kind == "timeout"
+    assert reason == (
+        "rank 0 did not reach its first step within limits.startup_timeout_s=30 "
+        "(it joined the process group)"
+    )
+
+
 def test_signature_ignores_where_results_go_but_not_what_is_measured():
     base = {"strategy": {"name": "dp"}, "world_size": 2, "tracking": {"uri": "a"}}
     assert run_signature(base) == run_signature({**base, "tracking": {"uri": "b"}, "resume": True})

@@ -195,7 +195,7 @@ class LimitsConfig:
 
     timeout_s: float = 1800.0  # wall clock for one job's worker group → timeout
     # Until every rank's first heartbeat (imports, process group, a first DeepSpeed op compile).
-    startup_timeout_s: float = 600.0
+    startup_timeout_s: float = 600.0  # until every rank has reached its first step
     stall_timeout_s: float = 300.0  # a rank whose heartbeat is older than this → timeout
     max_mem_gib: float | None = None  # per-rank resident memory cap → oom (None: no cap)
 

@@ -69,6 +69,10 @@ def _is_agent(process: psutil.Process | None) -> bool:
     return AGENT_MODULE in argv or any(Path(arg).name == "torchrun" for arg in argv[:2])
 
 
+# The heartbeat a rank writes once it joined the process group, before its first step.
+SETTING_UP = "-1"
+
+
 class Watchdog:
     """Call check(pid) periodically while the group runs."""
 
@@ -105,10 +109,19 @@ class Watchdog:
                 f"rank {missing[0]} did not start within limits.startup_timeout_s={startup:g}"
                 + (f" ({waited_on})" if waited_on else "")
             )
+        # A rank that joined the process group but has not reached its first step (heartbeat
+        # step -1) is still setting up: importing its model code, building the model and the
+        # engine, which on a loaded host takes longer than a stall limit. That is start-up.
+        setting_up = sorted(r for r, (_, step) in beats.items() if step == SETTING_UP)
+        if setting_up and now - self.started_at > startup:
+            return "timeout", (
+                f"rank {setting_up[0]} did not reach its first step within "
+                f"limits.startup_timeout_s={startup:g} (it joined the process group)"
+            )
         stale = {
             r: (now - mtime, step)
             for r, (mtime, step) in beats.items()
-            if now - mtime > self.limits.stall_timeout_s
+            if now - mtime > self.limits.stall_timeout_s and step != SETTING_UP
         }
         if stale:
             age_s, step = max(stale.values())
