@@ -13,7 +13,10 @@ it and keeps a screenshot of each:
   its end), its Source (run.py and commit) and who ran it;
 - `distbench report --sweep latest` logs report.html on the parent; the UI serves it
   (/get-artifact), every <img> is a data: URI that the browser decodes, and MLflow's artifact
-  viewer shows the page with its plots.
+  viewer shows the page with its plots;
+- the URL the sweep printed opens its shared view: the runs table lists the sweep's children
+  flat by name with the headline metrics (`headline/<name>`) as columns, and its chart view's
+  first section is the headline one, step time and throughput charted per child.
 
     pytest tests/e2e/test_ui_browser.py -m e2e      # needs /usr/bin/chromium
     DISTBENCH_KEEP_SCREENSHOTS=shots/ pytest tests/e2e/test_ui_browser.py -m e2e   # keep PNGs
@@ -39,6 +42,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from distbench.launch.workers import free_port
+from distbench.tracking.dashboard import headline_names, sweep_view_key
 from tests.e2e.shared_sweeps import Sweep
 from tests.e2e.test_report import distbench_report
 
@@ -140,6 +144,31 @@ def seconds(duration: str) -> tuple[float, float]:
     number, unit = re.fullmatch(r"([\d.]+)\s*(ms|s|min|h|d)", duration).groups()
     scale = {"ms": 0.001, "s": 1, "min": 60, "h": 3600, "d": 86400}[unit]
     return float(number) * scale, (0.001 if unit == "ms" else 0.1 * scale)
+
+
+def rendered_dom(url: str, names: list[str], tmp_path: Path, window: str) -> str:
+    """dom_with for MLflow's lazy chart cards: a card renders once an IntersectionObserver sees
+    it in the viewport, which headless chromium under a virtual-time budget reports only when
+    every compositor stage runs before each draw (without the flag: 360 px placeholders, about
+    one load in two)."""
+    dom = ""
+    for attempt, budget_ms in enumerate((10_000, 30_000, 60_000)):
+        flags = ("--run-all-compositor-stages-before-draw", "--dump-dom", f"--window-size={window}")
+        dom = chromium(url, tmp_path / f"profile-lazy{attempt}", *flags, budget_ms=budget_ms)
+        if all(name in dom for name in names):
+            break
+    return dom
+
+
+def chart_sections(dom: str) -> list[tuple[str, list[str]]]:
+    """The chart view's sections in page order: (title, the titles of its chart cards)."""
+    header = 'data-testid="experiment-view-compare-runs-section-header"'
+    sections = []
+    for block in dom.split(header)[1:]:
+        title = text(f"<x {block}").split("|")[1]  # the header's first text: the section name
+        cards = block.split('data-testid="experiment-view-compare-runs-card"')[1:]
+        sections.append((title, [text(f"<x {card}").split("|")[1] for card in cards]))
+    return sections
 
 
 @pytest.fixture(scope="module")
@@ -290,3 +319,41 @@ def test_the_report_artifact_is_served_with_every_plot_embedded_and_shown(sweep,
     assert 'class="mlflow-html-iframe"' in dom_with(viewer, ["mlflow-html-iframe"], tmp_path)
     image = screenshot(viewer, tmp_path, "report_artifact", height=4000)
     assert num_colourful_pixels(image) > 100_000  # the plots; the viewer alone has ~3,000
+
+
+def test_the_printed_sweep_url_opens_on_the_headline_metrics(sweep, ui, tmp_path):
+    printed = re.search(r"the sweep's runs, live in MLflow: (\S+)", sweep.stdout).group(1)
+    route, _, query = urllib.parse.urlsplit(printed).fragment.partition("?")
+    assert route == f"/experiments/{sweep.experiment_id}/runs"
+    assert urllib.parse.parse_qs(query) == {
+        "workflowType": ["machine_learning"],  # the training view, not GenAI's
+        "viewStateShareKey": [sweep_view_key(sweep.parent_run_id)],
+    }
+    headline = [f"headline/{name}" for name in headline_names()]
+    assert {"headline/step_time_s_p50", "headline/throughput_tokens_per_s"} <= set(headline)
+    children = sorted(sweep.children, key=lambda run: run.info.run_name)
+    page = f"{ui}/#{route}?{query}"  # the printed URL, on this test's server
+
+    # The runs table: the sweep's children only, flat by name, the headline metrics as columns.
+    columns = [f'col-id="metrics.`{name}`"' for name in headline]
+    dom = rendered_dom(page, [*columns, "matching runs"], tmp_path, "2400,900")
+    headers = re.findall(r'role="columnheader"[^>]*\bcol-id="([^"]+)"', dom)
+    assert {f"metrics.`{name}`" for name in headline} <= set(headers), headers
+    assert "|6|matching runs|" in text(dom)
+    cells = re.findall(
+        r'role="gridcell"[^>]*col-id="metrics.`headline/step_time_s_p50`"[^>]*>(.*?)</div>', dom
+    )
+    shown = [float(re.sub(r"<[^>]*>", "", cell)) for cell in cells]
+    assert shown == [run.data.metrics["step_time_s_p50"] for run in children]
+
+    # Its chart view: the headline section first, one bar per child in each chart.
+    charts = rendered_dom(f"{page}&compareRunsMode=CHART", headline, tmp_path, "1600,1200")
+    sections = chart_sections(charts)
+    titles = [title for title, _ in sections]
+    assert titles[0] == "headline" and "Model metrics" in titles[1:], titles
+    assert sorted(sections[0][1]) == sorted(headline)
+    cards = charts.split('data-testid="experiment-view-compare-runs-card"')[1:]
+    for metric in ("step_time_s_p50", "throughput_tokens_per_s"):
+        card = text(next(c for c in cards if f">headline/{metric}<" in c))
+        for run in children:  # its bar, labelled with the value, and its run's name
+            assert f"|{run.data.metrics[metric]:.2f}|" in card and f"|{run.info.run_name}|" in card
