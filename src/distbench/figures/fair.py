@@ -184,11 +184,12 @@ def layout_of_params(params: Mapping[str, str]) -> dict[str, int] | None:
     return {k.split(".")[1]: int(params[k]) for k in LAYOUT_PARAMS}
 
 
-def tokens_of_params(params: Mapping[str, str]) -> float | None:
-    """micro_batch_size × grad_accum_steps × seq_len × dp from a training run's params (what
-    its tokens_per_step metric holds); None when it logged no batch or layout, or another
-    workload ran (inference counts its prompts and generated tokens: tokens_per_step_of)."""
-    if params.get("workload.name", "train") != "train":
+def tokens_of_params(params: Mapping[str, str], counts_batch: bool = True) -> float | None:
+    """micro_batch_size × grad_accum_steps × seq_len × dp from a run's params (what a training
+    run's tokens_per_step metric holds); None when it logged no batch or layout, or its
+    workload counts its own tokens (`counts_batch` False: workloads.counts_batch_tokens; e.g.
+    inference counts its prompts and generated tokens: tokens_per_step_of)."""
+    if not counts_batch:
         return None
     if not all(str(params.get(k, "")).isdigit() for k in TOKEN_PARAMS):
         return None

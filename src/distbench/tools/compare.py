@@ -62,7 +62,7 @@ from distbench.figures.fair import (
 )
 from distbench.figures.metrics import step_spread_pct
 from distbench.tracking.signature import SIGNATURE_TAG
-from distbench.workloads import metric_catalog
+from distbench.workloads import counts_batch_tokens, metric_catalog
 
 KIND_TAG = "distbench.kind"
 COMPARE_ARTIFACT_DIR = "compare"
@@ -428,7 +428,9 @@ def layout_text(run: Any) -> str:
     """A run's `dp×tp×pp tokens/step` (`2×1×1 1,024 tok`) from its params and metrics."""
     params, metrics = getattr(run.data, "params", None) or {}, run.data.metrics
     layout = layout_of({"layout": layout_of_params(params), **run.data.tags})
-    tokens = tokens_per_step_of(metrics) or tokens_of_params(params)
+    tokens = tokens_per_step_of(metrics) or tokens_of_params(
+        params, counts_batch_tokens(params.get("workload.name"))
+    )
     return f"{layout or '-'} {tokens_text(tokens)} tok" if layout or tokens else ""
 
 

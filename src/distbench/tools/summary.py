@@ -43,7 +43,7 @@ from distbench.tools.columns import (
     varied_keys,
 )
 from distbench.tools.sweep_state import load_outcomes, pending_text  # load_outcomes: re-exported
-from distbench.workloads import MetricSpec, metric_catalog, registry
+from distbench.workloads import MetricSpec, counts_batch_tokens, metric_catalog, registry
 
 # The table's own derived column, shown right after the metric it is derived from:
 # (p90 - p50) / p50 of the step time (table_metrics adds it; it is not logged).
@@ -131,8 +131,9 @@ def outcome_of_run(run: Any, swept: Sequence[str] = ()) -> dict[str, Any]:
         outcome["micro_batch_size"] = int(params[MICRO_BATCH_PARAM])
     if layout_of_params(params):
         outcome["layout"] = layout_of_params(params)
-    if tokens_of_params(params):
-        outcome["tokens_per_step"] = tokens_of_params(params)
+    tokens = tokens_of_params(params, counts_batch_tokens(params.get("workload.name")))
+    if tokens:
+        outcome["tokens_per_step"] = tokens
     outcome["swept"] = {
         key: params.get(key, params.get(f"{key}.name", tags.get(key, "-"))) for key in swept
     }
@@ -270,7 +271,7 @@ def summary_notes(outcomes: list[dict[str, Any]], constant: list[tuple[str, str]
             "tok/step differs: compare step time and tokens/s only between rows of the same ws "
             "and tok/step"
         )
-        if all(o.get("workload", "train") == "train" for o in outcomes):
+        if all(counts_batch_tokens(o.get("workload")) for o in outcomes):
             most = max(t for t in tokens if t is not None)
             notes[-1] += f"; batch.global_batch_tokens={most:.0f} runs all at one global batch"
     return notes

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from distbench.workloads import counts_batch_tokens
+
 OUTCOME_FILE = "outcome.json"
 PROGRESS_FILE = "progress.jsonl"  # the ranks' step lines (workloads/train/workload.py)
 
@@ -67,7 +69,7 @@ def running_row(job_dir: Path) -> dict[str, Any]:
     row["model"] = (tree.get("model") or {}).get("name", "none")
     keys = ("micro_batch_size", "grad_accum_steps", "seq_len")
     counted = all(isinstance(batch.get(k), int) for k in keys) and isinstance(layout.get("dp"), int)
-    if workload == "train" and counted:  # another workload counts its own tokens
+    if counted and counts_batch_tokens(workload):  # another workload counts its own tokens
         row["tokens_per_step"] = float(
             batch["micro_batch_size"] * batch["grad_accum_steps"] * batch["seq_len"] * layout["dp"]
         )

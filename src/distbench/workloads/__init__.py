@@ -67,6 +67,9 @@ class WorkloadSpec:
     run_label: Callable[[Job | None, dict[str, str]], str] | None = None
     # The sweep table names its jobs by the strategy alone ("dp"), not "<workload>/<strategy>".
     named_by_strategy: bool = False
+    # Its tokens per step are the batch group's global batch (micro × accum × seq_len × dp):
+    # the tables work them out from a run's params when its metrics lack them.
+    batch_tokens: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,16 @@ def metric_catalog() -> dict[str, MetricSpec]:
         for metric in spec.metrics:
             catalog.setdefault(metric.name, metric)
     return catalog
+
+
+def counts_batch_tokens(name: str | None) -> bool:
+    """Whether a workload's tokens per step are its batch group's global batch (its spec's
+    `batch_tokens`). A run recorded without a workload name is from before the name was
+    logged, when training was the only workload: it counts its batch."""
+    if name is None:
+        return True
+    specs = registry()
+    return name in specs and specs[name].batch_tokens
 
 
 def spec_of_module(module: str) -> WorkloadSpec:

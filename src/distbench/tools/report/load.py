@@ -18,7 +18,7 @@ import pandas as pd
 from distbench.figures.fair import layout_of, layout_of_params, tokens_of_params, tokens_per_step_of
 from distbench.tracking.mlflow_store import RUN_ID
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX
-from distbench.workloads import registry
+from distbench.workloads import counts_batch_tokens, registry
 
 # Tags copied into the flat table as columns (when a run has them), besides every `hw.*` tag and
 # the workloads' own (WorkloadSpec.tag_keys; tag_columns()).
@@ -284,7 +284,9 @@ def flat_table(runs: list[Any], swept: Sequence[str] = ()) -> pd.DataFrame:
         layout = layout_of({"layout": layout_of_params(params), **tags})
         if layout:
             row["layout"] = layout
-        tokens = tokens_per_step_of(run.data.metrics) or tokens_of_params(params)
+        tokens = tokens_per_step_of(run.data.metrics) or tokens_of_params(
+            params, counts_batch_tokens(params.get("workload.name"))
+        )
         if tokens:
             row["tokens_per_step"] = tokens
         for key in swept:

@@ -12,9 +12,12 @@ group's all_reduce).
 
 Decoding is a manual loop, not `model.generate()`: one prefill forward over the prompts (its
 last-position logits give the first new token; its time is the time to first token), then
-num_new_tokens − 1 single-token forwards on the KV cache (`past_key_values`), each taking the
-argmax (greedy). An explicit all-ones attention mask (prompts have equal length, no padding)
-grows by one column per token; no EOS stops a row, so every row yields exactly num_new_tokens.
+num_new_tokens − 1 single-token forwards on the KV cache, each taking the argmax (greedy). The
+prompts have equal length and no padding, so no attention mask is passed (the causal mask
+alone): a 2-D mask would cost a concatenation per token and, in transformers' check that it
+masks nothing, a device-to-host sync per forward on a GPU. No EOS stops a row, so every row
+yields exactly num_new_tokens (benchmarks/decode_vs_generate.py compares this loop with
+transformers' `generate`).
 Each request batch is bracketed by a barrier and device syncs; its prefill and decode times are
 the slowest rank's (combine()).
 
@@ -51,31 +54,37 @@ def replica_rows(prompts, dp_rank: int, batch_size: int):
     return prompts[dp_rank * batch_size : (dp_rank + 1) * batch_size].contiguous()
 
 
+def cache_keyword(model: Any) -> str:
+    """The name the model's forward takes its KV cache under: `cache` (transformers 5.x, where
+    `past_key_values` is a deprecated alias) or `past_key_values`."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def greedy_decode(model: Any, prompts, num_new_tokens: int, device: str) -> dict[str, Any]:
-    """Prefill + num_new_tokens − 1 KV-cache decode steps, greedy. Returns the new tokens
-    [B, num_new_tokens], the prefill's last-position logits [B, vocab] and the seconds of the
-    prefill (through the first token) and of the decode steps, device-synced."""
+    """Prefill + num_new_tokens − 1 KV-cache decode steps, greedy, no attention mask (equal
+    prompt lengths, no padding). Returns the new tokens [B, num_new_tokens], the prefill's
+    last-position logits [B, vocab] and the seconds of the prefill (through the first token)
+    and of the decode steps, device-synced."""
     import torch
 
     from distbench.ranks.dist import synchronize
 
     prompts = prompts.to(device)
-    mask = torch.ones_like(prompts)
+    key = cache_keyword(model)
     with torch.inference_mode():
         synchronize(device)
         start = time.perf_counter()
-        out = model(input_ids=prompts, attention_mask=mask, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=prompts, use_cache=True, logits_to_keep=1)
         first_logits = out.logits[:, -1, :].float()
         token = first_logits.argmax(dim=-1)
         synchronize(device)
         prefill_done = time.perf_counter()
-        tokens, cache = [token], out.past_key_values
+        tokens, cache = [token], getattr(out, key)
         for _ in range(num_new_tokens - 1):
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            out = model(
-                input_ids=token[:, None], attention_mask=mask, past_key_values=cache, use_cache=True
-            )
-            cache = out.past_key_values
+            out = model(input_ids=token[:, None], use_cache=True, **{key: cache})
+            cache = getattr(out, key)
             token = out.logits[:, -1, :].argmax(dim=-1)
             tokens.append(token)
         synchronize(device)

@@ -135,6 +135,7 @@ SPEC = register(
             "diverged_at_step",
         ),
         named_by_strategy=True,  # the strategy group is train's layouts: "dp", not "train/dp"
+        batch_tokens=True,
         prepare=train_prepare.prepare,  # time source, measured step parts, ZeRO-3's engine probe
         artifacts=artifacts,  # ds_config.json on DeepSpeed
         run_label=run_label,  # dp, dp-z2
