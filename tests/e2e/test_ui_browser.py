@@ -340,11 +340,14 @@ def test_the_printed_sweep_url_opens_on_the_headline_metrics(sweep, ui, tmp_path
     headers = re.findall(r'role="columnheader"[^>]*\bcol-id="([^"]+)"', dom)
     assert {f"metrics.`{name}`" for name in headline} <= set(headers), headers
     assert "|6|matching runs|" in text(dom)
-    cells = re.findall(
-        r'role="gridcell"[^>]*col-id="metrics.`headline/step_time_s_p50`"[^>]*>(.*?)</div>', dom
-    )
-    shown = [float(re.sub(r"<[^>]*>", "", cell)) for cell in cells]
-    assert shown == [run.data.metrics["step_time_s_p50"] for run in children]
+    cell = r'role="gridcell"[^>]*col-id="metrics.`headline/step_time_s_p50`"[^>]*>(.*?)</div>'
+    shown = {}  # row index -> the value shown (the grid may put its rows in any DOM order)
+    for row in dom.split('role="row"')[1:]:
+        if (index := re.search(r'\brow-index="(\d+)"', row)) and (value := re.search(cell, row)):
+            shown[int(index.group(1))] = float(re.sub(r"<[^>]*>", "", value.group(1)))
+    assert [shown[i] for i in sorted(shown)] == [
+        r.data.metrics["step_time_s_p50"] for r in children
+    ]
 
     # Its chart view: the headline section first, one bar per child in each chart.
     charts = rendered_dom(f"{page}&compareRunsMode=CHART", headline, tmp_path, "1600,1200")
