@@ -106,7 +106,8 @@ def test_a_resumed_sweep_reports_the_whole_grid_with_the_earlier_figures(readme_
     args = ["-m", *readme_sweep.args, "resume=true", f"hydra.sweep.dir={tmp_path}/s2"]
     again = run_py(args, tmp_path, env=readme_sweep.env(uri))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("SKIPPED (earlier FINISHED)") == 6
+    assert again.stdout.count(" skipped: ") == 6  # one line per job of the grid
+    assert "SKIPPED (earlier FINISHED)" in again.stdout  # the end table (every row: its caption)
     outcomes = [json.loads(p.read_text()) for p in sorted((tmp_path / "s2").glob("*/outcome.json"))]
     assert len(outcomes) == 6
     assert all(o["status"] == "SKIPPED" and o["metrics"]["step_time_s_p50"] > 0 for o in outcomes)
