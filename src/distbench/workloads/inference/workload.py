@@ -326,37 +326,34 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
     prompt_len, batch_size = inference_sizes(job.options, job.batch)
     params = count_params(model)
     ranks = result["ranks"]
-    metrics = inference_metrics(
-        prefill_times_s=result["prefill_times_s"][num_warmup:],
-        decode_times_s=result["decode_times_s"][num_warmup:],
-        latency_times_s=result["latency_times_s"][num_warmup:],
-        num_generated_tokens=result["num_generated_tokens"],
-        peak_mem_bytes_per_rank=[r["peak_mem_bytes"] for r in ranks],
+    decode_times_s = result["decode_times_s"][num_warmup:]
+    # what both the compute figures and the bandwidth figures of the decode steps depend on
+    shape = dict(
+        decode_times_s=decode_times_s,
         num_matmul_params=params["matmul"],
-        lm_head_params=model.vocab_size * model.hidden_size,
         num_layers=model.num_layers,
-        hidden=model.hidden_size,
         prompt_len=prompt_len,
         num_new_tokens=job.options.num_new_tokens,
         batch_size=batch_size,
         dp=layout.dp,
         world_size=layout.world_size,
         dtype=dtype,
+    )
+    metrics = inference_metrics(
+        **shape,
+        prefill_times_s=result["prefill_times_s"][num_warmup:],
+        latency_times_s=result["latency_times_s"][num_warmup:],
+        num_generated_tokens=result["num_generated_tokens"],
+        peak_mem_bytes_per_rank=[r["peak_mem_bytes"] for r in ranks],
+        lm_head_params=model.vocab_size * model.hidden_size,
+        hidden=model.hidden_size,
         peak_tflops_per_device=getattr(hw, f"peak_tflops_{dtype}"),
         price_usd_per_device_hour=hw.price_usd_per_hour,
     )
     metrics.update(  # MBU beside MFU: the decode steps' bytes over the device's bandwidth
         decode_bandwidth_metrics(
-            decode_times_s=result["decode_times_s"][num_warmup:],
-            num_matmul_params=params["matmul"],
-            num_layers=model.num_layers,
+            **shape,
             kv_dim=model.num_kv_heads * (model.hidden_size // model.num_heads),
-            prompt_len=prompt_len,
-            num_new_tokens=job.options.num_new_tokens,
-            batch_size=batch_size,
-            dp=layout.dp,
-            world_size=layout.world_size,
-            dtype=dtype,
             mem_bandwidth_gbps=hw.mem_bandwidth_gbps,
         )
     )

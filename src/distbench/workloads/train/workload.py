@@ -38,6 +38,7 @@ from distbench.figures.predict import pred_vs_measured
 from distbench.job import Job
 from distbench.ranks.models import count_params
 from distbench.workloads import Measured
+from distbench.workloads.common_metrics import COMMON_METRICS
 
 
 def global_batch(
@@ -272,17 +273,9 @@ def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-# Figures computed from the timed steps' times: absent when a run diverged during warm-up.
-STEP_TIME_METRICS = (
-    "step_time_s_mean",
-    "step_time_s_p50",
-    "step_time_s_p90",
-    "throughput_tokens_per_s",
-    "tflops_total",
-    "tflops_per_device",
-    "cost_usd_per_1m_tokens",
-    "mfu_pct",
-)
+# Figures computed from the timed steps' times (the shared metrics' `step_time` flag): absent
+# when a run diverged during warm-up.
+STEP_TIME_METRICS = tuple(m.name for m in COMMON_METRICS if m.step_time)
 DIVERGED = "diverged"  # the failure kind of a run whose loss went non-finite
 
 
