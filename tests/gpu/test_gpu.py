@@ -30,6 +30,10 @@ ONE_GPU = ["world_size=1", "tracking=none", "workload.num_warmup_steps=1", "work
         ["workload=inference", "strategy=dp", "workload.dtype=bf16", "inference.cuda_graph=true"],
         ["workload=gemm", "gemm.dtype=bf16"],  # crashed on the first H100 run (a host tensor)
         ["workload=collectives"],
+        ["strategy=single", "workload.dtype=bf16", "activation_checkpointing=full"],
+        ["strategy=fsdp", "workload.dtype=bf16", "activation_checkpointing=selective"],
+        ["strategy=zero3", "workload.dtype=bf16", "activation_checkpointing=full"],
+        ["strategy=single", "workload.dtype=bf16", "workload.compile=true"],
     ],
     ids=[
         "single",
@@ -41,6 +45,10 @@ ONE_GPU = ["world_size=1", "tracking=none", "workload.num_warmup_steps=1", "work
         "inference-cuda-graph",
         "gemm",
         "collectives",
+        "single-ac-full",
+        "fsdp-ac-selective",
+        "zero3-ac-full",
+        "single-compile",
     ],
 )
 def test_every_workload_runs_on_one_gpu(tmp_path, overrides):
@@ -55,6 +63,11 @@ def test_every_workload_runs_on_one_gpu(tmp_path, overrides):
         assert outcome["precision"] == "bf16-mixed" and outcome["optimizer_impl"] == "fused"
         assert outcome["equivalent"] == "true"
         assert metrics["init_time_s"] < 30
+    for override in overrides:
+        if override.startswith("activation_checkpointing="):
+            assert outcome["activation_checkpointing"] == override.split("=")[1]
+    if "workload.compile=true" in overrides:
+        assert metrics["compile_time_s"] > 0
     if "inference.cuda_graph=true" in overrides:
         assert outcome["decode"] == "cuda_graph"
     if "workload.profile_steps=1" in overrides:
