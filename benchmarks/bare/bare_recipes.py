@@ -6,12 +6,13 @@ with `activation_checkpointing=full` or `workload.compile=true` is compared agai
 
 Recipe: the model built under `torch.device(device)` in fp32 (random init from --seed), bf16
 autocast on CUDA (fp32 on CPU), torch AdamW(lr=1e-4, fused=True on CUDA), sdpa attention, one
-micro-batch per step of random token ids. Full checkpointing wraps every decoder layer in
-torch's non-reentrant `checkpoint_wrapper`; compile replaces every decoder layer by
-`torch.compile(layer)`. Each variant runs in turn in this one process (the model rebuilt, the
-caching allocator emptied and its peak reset between them); its step time is the median of the
-timed steps (each ends with a device synchronize), its peak `torch.cuda.max_memory_allocated`
-(on CPU: none). One JSON line per variant, then one JSON document of all of them.
+micro-batch per step of random token ids, no KV cache (`use_cache=False`). Full checkpointing
+wraps every decoder layer in torch's non-reentrant `checkpoint_wrapper`; compile replaces every
+decoder layer by `torch.compile(layer)`. Each variant runs in turn in this one process (the
+model rebuilt, the caching allocator emptied and its peak reset between them); its step time is
+the median of the timed steps (each ends with a device synchronize), its peak
+`torch.cuda.max_memory_allocated` (on CPU: none). One JSON line per variant, then one JSON
+document of all of them.
 
     python benchmarks/bare/bare_recipes.py --model-config llama_1b.json --seq-len 8192
     .venv/bin/python benchmarks/bare/bare_recipes.py --device cpu --seq-len 64 --num-steps 2
@@ -66,7 +67,11 @@ def build_model(args: argparse.Namespace, variant: str, device: torch.device) ->
     if args.model_config:
         with open(args.model_config, encoding="utf-8") as config_file:
             config_dict = json.load(config_file)
-    config = LlamaConfig(**config_dict, attn_implementation="sdpa", torch_dtype=torch.float32)
+    # use_cache=False: a training step keeps no KV cache (built, its per-layer state would also
+    # make dynamo recompile each compiled layer until its recompile limit, the rest run eager)
+    config = LlamaConfig(
+        **config_dict, attn_implementation="sdpa", torch_dtype=torch.float32, use_cache=False
+    )
     torch.manual_seed(args.seed)
     with device:
         model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)

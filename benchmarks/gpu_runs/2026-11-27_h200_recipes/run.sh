@@ -6,7 +6,8 @@
 # distbench's eager decode against transformers' generate for llama3_8b; the GPU tests of the
 # checkpointing and compile paths. From the repository root, wheels in .whl (../shared/gpu/README.md):
 #   bash benchmarks/gpu_runs/2026-11-27_h200_recipes/run.sh
-# SMOKE=1 runs the same script on CPU with the tiny model (a check before a device call).
+# SMOKE=1 runs the same script on CPU with the tiny model (a check before a device call);
+# ONLY_1B=1 runs steps 1 and 2 alone (the second call: the bare script without a KV cache).
 set -u
 start=$(date +%s)
 here=benchmarks/gpu_runs/2026-11-27_h200_recipes
@@ -54,6 +55,8 @@ if [ -z "${SMOKE:-}" ] && [ "$(left)" -gt 200 ]; then
   timeout 150 $PY run.py $common workload.compile=true hydra.run.dir=$work/compile > $work/compile.log 2>&1
   log "compile rc=$?"; tail -5 $work/compile.log; save
 fi
+
+if [ -n "${ONLY_1B:-}" ]; then save; log "total"; exit 0; fi
 
 # 3. llama3_8b, fsdp at world size 1, full checkpointing, 8192 tokens: the plan's verdict, then the run
 plan8="model=$M8 world_size=1 strategy=fsdp activation_checkpointing=full workload.dtype=$DTYPE batch=seq8k batch.seq_len=$SEQ"
