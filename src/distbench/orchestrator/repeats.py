@@ -7,6 +7,9 @@ the spread across the repeats that finished, for each headline metric:
 
     <metric>_repeat_spread_pct = 100 · (max − min) / median          (num_repeats_finished ≥ 2)
 
+With resume=true (orchestrator/resume.py) only the repeats that have not run are run, with the
+same numbers; the last of them runs in the job dir and its spread counts the earlier runs too.
+
     python run.py -m strategy=dp,zero3 world_size=2 repeats=3
 """
 
@@ -41,9 +44,16 @@ def repeats_of(cfg: Any) -> tuple[int, str | None]:
         return 1, str(exc)
 
 
-def repeat_dir(job_dir: Path, repeat: int, repeats: int) -> Path:
-    """Where repeat `repeat` (1-based) of `repeats` runs: the last one in the job dir."""
-    return job_dir if repeat == repeats else job_dir / f"{REPEAT_DIR_PREFIX}{repeat}"
+def repeat_dir(job_dir: Path, repeat: int, last: int) -> Path:
+    """Where repeat `repeat` (1-based) runs when `last` is the last one this job runs (N in a
+    fresh sweep): the last one in the job dir, each other in `repeat-<i>/`."""
+    return job_dir if repeat == last else job_dir / f"{REPEAT_DIR_PREFIX}{repeat}"
+
+
+def missing_repeats(repeats: int, ran: Iterable[int] = ()) -> list[int]:
+    """The repeats of 1..N still to run, in order, given those that ran (resume=true)."""
+    done = set(ran)
+    return [repeat for repeat in range(1, repeats + 1) if repeat not in done]
 
 
 def spread_pct(values: Sequence[float]) -> float | None:

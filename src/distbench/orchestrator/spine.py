@@ -32,7 +32,7 @@ from distbench.orchestrator.naming import job_label, repeat_label, repeat_run_na
 from distbench.orchestrator.outcome import JobContext, Outcome, new_outcome
 from distbench.orchestrator.recording import record
 from distbench.orchestrator.refused import Refused, refused_job, resolve, resolve_or_refuse
-from distbench.orchestrator.resume import skipped
+from distbench.orchestrator.resume import resume_job
 from distbench.orchestrator.signals import (
     SLURM_LAUNCHER_ENV,
     JobCancelled,
@@ -75,39 +75,45 @@ def _run(job: Job | Refused, ctx: JobContext, repeats: int = 1) -> Outcome:
     outcome = new_outcome(job, ctx)
     mark_owner(ctx.job_dir)  # a SIGKILLed orchestrator leaves this: `distbench sync` records it
     forget_live(ctx.job_dir)  # an earlier execution's live run is not this attempt
-    if skipped(job, outcome, ctx):  # resume=true and the signature has a run
+    resumed = resume_job(job, outcome, ctx, repeats)  # resume=true: what already ran
+    if resumed.skipped:  # the signature has its run (each repeat's)
         return outcome
     if isinstance(job, Refused):
         return _refuse(job, outcome, ctx, job.reason)
     _say_single_rank(job, ctx.label)
     try:
         job = _prepare(job)
-        return _repeat(job, outcome, ctx, repeats)
+        return _repeat(job, outcome, ctx, repeats, resumed.earlier)
     except ConfigError as exc:  # a launch this machine cannot make: refused, in the job dir
         return _refuse(job, outcome, ctx, str(exc))
 
 
-def _repeat(job: Job, outcome: Outcome, ctx: JobContext, repeats: int) -> Outcome:
-    """Launch, measure and record the prepared job `repeats` times: repeats 1..N-1 each in its
-    own dir and run, the last into the job dir and `outcome`, with the spread of them all."""
+def _repeat(
+    job: Job, outcome: Outcome, ctx: JobContext, repeats: int, ran: dict[int, Outcome]
+) -> Outcome:
+    """Launch, measure and record the prepared job once for each repeat of 1..N that has not
+    run (`ran`: those resume=true found): each in its own dir and run, the last into the job
+    dir and `outcome`, with the spread of them all (`ran` included)."""
     if repeats == 1:
         return _attempt(job, outcome, ctx)
-    earlier = []
-    for repeat in range(1, repeats):
-        sub_ctx = _repeat_context(ctx, repeat, repeats)
+    *others, last = repeating.missing_repeats(repeats, ran)
+    earlier = [ran[repeat] for repeat in sorted(ran)]
+    for repeat in others:
+        sub_ctx = _repeat_context(ctx, repeat, repeats, last)
         forget_live(sub_ctx.job_dir)
         sub = new_outcome(job, sub_ctx)
         sub.signature = outcome.signature  # the job's, as resolved (before prepare measured)
         earlier.append(_attempt(job, _as_repeat(sub, repeat), sub_ctx))
-    last_ctx = _repeat_context(ctx, repeats, repeats)
-    return _attempt(job, _as_repeat(outcome, repeats), last_ctx, earlier)
+    last_ctx = _repeat_context(ctx, last, repeats, last)
+    return _attempt(job, _as_repeat(outcome, last), last_ctx, earlier)
 
 
-def _repeat_context(ctx: JobContext, repeat: int, repeats: int) -> JobContext:
-    """Repeat `repeat` of `repeats`: its dir, its label, its own start."""
+def _repeat_context(ctx: JobContext, repeat: int, repeats: int, last: int) -> JobContext:
+    """Repeat `repeat` of `repeats`, `last` the last one run here: its dir, its label, its own
+    start."""
     return dataclasses.replace(
         ctx,
-        job_dir=repeating.repeat_dir(ctx.job_dir, repeat, repeats),
+        job_dir=repeating.repeat_dir(ctx.job_dir, repeat, last),
         label=repeat_label(ctx.label, repeat, repeats),
         started=time.monotonic(),
     )

@@ -10,7 +10,10 @@
   search filter, charts) when a runs page URL carries `viewStateShareKey=<key>`; MLflow 3.17
   lists such tags as saved views (a JSON envelope: name, createdAt, updatedAt and the state as
   a JSON string). Each sweep gets one: its children listed flat (filtered by parent), the
-  headline metrics and the swept keys as columns.
+  headline metrics and the swept keys as columns, and in its chart view a parallel-coordinates
+  chart of the swept keys against the headline metrics (tracking/view_charts.py: MLflow's own
+  default axes are the first params alphabetically), its axes cut at the sweep's end to those
+  every finished child has.
 - Printed URLs open the training view (`workflowType=machine_learning`: the default is GenAI's)
   and, for a sweep, its shared view.
 - Prediction inputs measured on this machine (the `measured.*` figures: step parts, link fits,
@@ -25,13 +28,16 @@ print(t('http://127.0.0.1:5000/#/experiments/1/runs', 'distbench-0123456789ab'))
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from distbench.tracking import view_charts
 
 HEADLINE_PREFIX = "headline/"
 TRAINING_VIEW = {"workflowType": "machine_learning"}
@@ -97,16 +103,37 @@ def view_columns(swept_keys: Iterable[str]) -> list[str]:
     return ["attributes.`Duration`", *tags, *params, *metrics]
 
 
-def sweep_view_state(parent_run_id: str, swept_keys: Iterable[str]) -> dict[str, Any]:
+def sweep_view_state(
+    parent_run_id: str,
+    swept_keys: Iterable[str],
+    axes: tuple[Sequence[str], Sequence[str]] | None = None,
+) -> dict[str, Any]:
     """The shared view of a sweep: its children flat, by run name (a config's repeats side by
     side), with view_columns. Sorted by start time MLflow would fold them under their parent
-    (ExperimentViewRuns' shouldNestChildrenAndFetchParents)."""
-    return {
+    (ExperimentViewRuns' shouldNestChildrenAndFetchParents). `axes` (params, metrics): its
+    chart view's parallel-coordinates chart (view_charts.chart_state)."""
+    state = {
         "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
         "orderByKey": "tags.`mlflow.runName`",  # the UI's "Run Name" sort (constants.tsx)
         "orderByAsc": True,
         "selectedColumns": view_columns(swept_keys),
     }
+    return {**state, **(view_charts.chart_state(*axes) if axes else {})}
+
+
+def sweep_axes(swept: Iterable[str], config: Any) -> tuple[list[str], list[str]]:
+    """The parallel-coordinates axes of a sweep: the params of its swept keys, the headline
+    metrics its workload(s) log (`swept`: its keys, or {key: its choices, comma-separated})."""
+    from omegaconf import OmegaConf
+
+    swept_workload = swept.get("workload") if isinstance(swept, Mapping) else None
+    workload = swept_workload or OmegaConf.select(
+        config, "workload.name", default="", throw_on_resolution_failure=False
+    )
+    return (
+        view_charts.axis_params(swept, config),
+        view_charts.axis_metrics(str(workload or "").split(","), headline_names()),
+    )
 
 
 def saved_view_value(name: str, state: Mapping[str, Any], now_ms: int) -> str:
@@ -123,22 +150,55 @@ def log_sweep_view(
     parent_run_id: str,
     parent_run_name: str,
     swept_keys: Iterable[str],
+    config: Any = None,
 ) -> str:
-    """Store the sweep's shared view on its experiment; returns its key (for training_url)."""
-    from distbench.tracking.mlflow_store import client, retry
-
+    """Store the sweep's shared view on its experiment; returns its key (for training_url).
+    With the sweep's composed `config` its chart view gets the parallel-coordinates chart
+    (sweep_axes; `swept_keys` may map each key to its choices)."""
+    axes = None
+    if config is not None:
+        with contextlib.suppress(Exception):  # no chart rather than no view
+            axes = sweep_axes(swept_keys, config)
     key = sweep_view_key(parent_run_id)
     value = saved_view_value(
         f"distbench {parent_run_name}",
-        sweep_view_state(parent_run_id, swept_keys),
+        sweep_view_state(parent_run_id, swept_keys, axes),
         int(time.time() * 1000),
     )
+    _set_view(tracking_uri, experiment_id, key, value)
+    return key
+
+
+def _set_view(tracking_uri: str, experiment_id: str, key: str, value: str) -> None:
+    from distbench.tracking.mlflow_store import client, retry
+
     mlflow = client(tracking_uri)
     retry(
         lambda: mlflow.set_experiment_tag(experiment_id, f"{SHARED_VIEW_TAG_PREFIX}{key}", value),
         tracking_uri=tracking_uri,
     )
-    return key
+
+
+def fit_view_axes(tracking_uri: str, experiment_id: str, parent_run_id: str) -> bool:
+    """At the sweep's end: its view's parallel-coordinates axes cut to those every finished
+    child has (a run that lacks one axis is left out of the chart, so one absent metric would
+    empty it). Returns whether the view changed."""
+    from distbench.tracking.mlflow_store import client, find_runs
+
+    key = sweep_view_key(parent_run_id)
+    tag = f"{SHARED_VIEW_TAG_PREFIX}{key}"
+    envelope = json.loads(client(tracking_uri).get_experiment(experiment_id).tags[tag])
+    state = json.loads(envelope["state"])
+    axes = view_charts.parallel_axes(state)
+    children = find_runs(tracking_uri, experiment_id, {"mlflow.parentRunId": parent_run_id})
+    present = view_charts.axes_present(*axes, children) if axes else None
+    if present is None or present == axes:
+        return False
+    state.update(view_charts.chart_state(*present))
+    now_ms = int(time.time() * 1000)
+    value = json.dumps({**envelope, "updatedAt": now_ms, "state": json.dumps(state)})
+    _set_view(tracking_uri, experiment_id, key, value)
+    return True
 
 
 def log_tables(tracking_uri: str, run_id: str, tables: Mapping[str, Any]) -> list[str]:

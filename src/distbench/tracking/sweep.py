@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from distbench.compose.schema import TrackingConfig
 from distbench.sweep_lock import hold_sweep_dir_or_exit
-from distbench.tracking.dashboard import log_sweep_view, training_url
+from distbench.tracking.dashboard import fit_view_axes, log_sweep_view, training_url
 from distbench.tracking.mlflow_store import client, ensure_experiment, retry, ui_url
 from distbench.tracking.parent import log_summary, varied_params
 from distbench.tracking.secrets_mask import mask_override, mask_text
@@ -214,7 +214,7 @@ class SweepCallback(Callback):
                 tracking_uri=uri,
             )
             self._log_swept(uri, run.info.run_id, swept)
-            self.view_key = self._log_view(uri, experiment_id, run, swept)
+            self.view_key = self._log_view(uri, experiment_id, run, swept, config)
         except Exception as exc:  # tracking must never take the sweep down
             why = mask_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             print(
@@ -239,6 +239,8 @@ class SweepCallback(Callback):
         spooled = sum("tracking_error" in o for o in outcomes)
         url = None
         if self.parent_run_id is not None:
+            with contextlib.suppress(Exception):  # its chart's axes: those the runs have
+                fit_view_axes(self.tracking_uri, self.experiment_id, self.parent_run_id)
             with contextlib.suppress(Exception):  # the table below must print regardless
                 runs_url = ui_url(self.tracking_uri, self.experiment_id, config.tracking.ui_port)
                 url = training_url(runs_url, self.view_key)  # the training view, its children
@@ -263,10 +265,13 @@ class SweepCallback(Callback):
             retry(lambda: client(uri).log_batch(run_id, params=batch), tracking_uri=uri)
 
     @staticmethod
-    def _log_view(uri: str, experiment_id: str, run: Any, swept: dict[str, str]) -> str | None:
+    def _log_view(
+        uri: str, experiment_id: str, run: Any, swept: dict[str, str], config: DictConfig
+    ) -> str | None:
         """The sweep's shared view on its experiment (None when it cannot be stored)."""
         with contextlib.suppress(Exception):
-            return log_sweep_view(uri, experiment_id, run.info.run_id, run.info.run_name, swept)
+            name = run.info.run_name
+            return log_sweep_view(uri, experiment_id, run.info.run_id, name, swept, config)
         return None
 
     def _close_parent_at_exit(self) -> None:
