@@ -36,8 +36,15 @@ measured parts also gets `time_err_pct_efficiency`: the same job predicted by th
 model, side by side.
 
 `--keep` keeps the work folder (its path is printed) so `--repredict` can re-predict the same
-measurements after a change to the model. Figures go to benchmarks/results/plan_vs_measured.{csv,
-json,md} (`--out-dir` elsewhere); the last stdout line is one JSON document.
+measurements after a change to the model; `--repredict` takes several folders, a sweep's
+hydra.sweep.dir too (its numbered job dirs are named model-strategy-wsN), e.g. the README's CPU
+grids kept in benchmarks/cpu_runs/2026-11-27_readme_grids/{A_rerun,A,B}. Each row says whether
+the run was tagged `oversubscribed` (its host was busy or its ranks outnumbered the cores) and
+how many times over the prediction assumed the cores shared (`pred_oversubscription`; a job
+dir written before Measurements.host_cores takes the run's `host_cores` metric).
+
+Figures go to benchmarks/results/plan_vs_measured.{csv,json,md} (`--out-dir` elsewhere); the
+last stdout line is one JSON document.
 """
 
 from __future__ import annotations
@@ -85,6 +92,8 @@ FIELDS = (
     "time_err_pct",
     "time_err_pct_catalog_links",
     "time_err_pct_efficiency",
+    "oversubscribed",
+    "pred_oversubscription",
 )
 
 
@@ -122,6 +131,7 @@ def compare(job_dir: Path) -> dict[str, Any]:
         return {**row, "status": "NO_OUTCOME"}
     outcome = json.loads(outcome_file.read_text())
     row["status"] = outcome.get("status", "?")
+    row["oversubscribed"] = outcome.get("oversubscribed") == "true"  # the run's own tag
     metrics = outcome.get("metrics") or {}
     if row["status"] != "FINISHED" or "peak_mem_gib" not in metrics:
         return {**row, "reason": str(outcome.get("failure_reason", ""))[:200]}
@@ -129,6 +139,11 @@ def compare(job_dir: Path) -> dict[str, Any]:
         job = Job.load(job_dir)
     except ValueError as exc:
         return {**row, "status": "UNREADABLE", "reason": str(exc)[:200]}
+    if job_dir.name.isdigit():  # a sweep's job dir (hydra.sweep.dir/<n>): name it
+        row["job"] = f"{job.model.name}-{job.strategy.name}-ws{job.world_size}"
+    if job.device == "cpu" and job.measured.host_cores is None and metrics.get("host_cores"):
+        # a job dir written before Measurements.host_cores: the cores of the host it ran on
+        job = job.with_measured(host_cores=int(metrics["host_cores"]))
     pred = pred_vs_measured(job, metrics)
     row.update(
         precision=job.precision,
@@ -139,6 +154,7 @@ def compare(job_dir: Path) -> dict[str, Any]:
         measured_step_s=metrics.get("step_time_s_p50"),
         pred_step_s=pred.get("pred_step_time_s"),
         time_err_pct=100 * pred["time_pred_rel_err"] if "time_pred_rel_err" in pred else None,
+        pred_oversubscription=pred.get("pred_oversubscription", 1.0),
     )
     if job.hardware.time_source == "measured":  # side by side: the efficiency model
         by_efficiency = dataclasses.replace(job.hardware, time_source="efficiency")
@@ -151,6 +167,12 @@ def compare(job_dir: Path) -> dict[str, Any]:
         err = pred_vs_measured(catalog, metrics).get("time_pred_rel_err")
         row["time_err_pct_catalog_links"] = None if err is None else 100 * err
     return row
+
+
+def _job_order(resolved: Path) -> tuple[int, str]:
+    """Sweep job dirs (0, 1, ..., 10) in their number's order, named ones by name."""
+    name = resolved.parent.name
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
 
 
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
@@ -203,7 +225,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--repredict", type=Path, help="a kept work folder: predict, run nothing")
+    parser.add_argument(
+        "--repredict",
+        type=Path,
+        nargs="+",
+        help="kept work folders (or sweep dirs: hydra.sweep.dir): predict, run nothing",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument(
         "--measured-links",
@@ -230,10 +257,13 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.repredict:
-        work = args.repredict
-        job_dirs = sorted(
-            p.parent for p in work.glob("*/resolved.yaml") if not p.parent.name.startswith("coll")
-        )
+        work = args.repredict[0]
+        job_dirs = [
+            p.parent
+            for folder in args.repredict
+            for p in sorted(folder.glob("*/resolved.yaml"), key=_job_order)
+            if not p.parent.name.startswith("coll")
+        ]
     else:
         work = Path(tempfile.mkdtemp(prefix="pvm-"))
         env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work}/mlflow.db")

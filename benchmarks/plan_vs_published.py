@@ -182,11 +182,26 @@ def _megatron(
         mem_gib=None,
         tokens_per_s_per_gpu=megatron_tokens_per_s(tflops, layers, hidden, 2048, 51200),
         derived=f"{tflops:g} TFLOP/s per GPU ÷ eq. 3's FLOPs per token",
-        differs=""
-        if pp == 1
-        else "interleaved 1F1B (distbench: plain 1F1B); distbench's torch pipeline keeps every "
-        "micro-batch's logits on the last stage (torch.distributed.pipelining), Megatron does not",
+        differs="; ".join(
+            ([MEGATRON_TP] if tp > 1 else [])
+            + (
+                [
+                    "interleaved 1F1B (distbench: plain 1F1B); distbench's torch pipeline keeps "
+                    "every micro-batch's logits on the last stage (torch.distributed.pipelining), "
+                    "Megatron does not"
+                ]
+                if pp > 1
+                else []
+            )
+        ),
     )
+
+
+MEGATRON_TP = (
+    "Megatron splits the LM head over tp (vocab-parallel) and fuses QKV and the MLP's input "
+    "(4 TP all-reduces per layer); distbench's torch TP replicates the head and all-reduces "
+    "q, k, v, gate and up apart (7 per layer)"
+)
 
 
 # torchtitan's H100s have 96 GB of HBM2e (about 94.5 GiB usable, as the H100 NVL's "94GB")

@@ -35,7 +35,7 @@ from typing import Any
 
 from distbench.job import Job
 from distbench.probes.calibrate import measured_peak_tflops
-from distbench.probes.detect import device_name
+from distbench.probes.detect import device_name, num_cpu_cores
 from distbench.probes.parts import Measurements
 from distbench.probes.runner import (
     NOT_MEASURED_HERE,
@@ -62,6 +62,8 @@ def prepare_job(job: Job, *, probe: bool = True, probe_when_auto: bool = True) -
             job = job.spec.prepare(job)
     if job.hardware.time_source == "auto":  # nothing measures this workload's step
         job = job.with_hardware(time_source="efficiency")
+    if job.device == "cpu" and job.measured.host_cores is None:  # what its ranks share
+        job = job.with_measured(host_cores=num_cpu_cores())
     return job
 
 

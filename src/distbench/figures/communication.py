@@ -33,6 +33,14 @@ DEFAULT_BUCKET_ELEMENTS = 5_000_000
 # GPT-2 c_attn, attn c_proj, c_fc, mlp c_proj. Norms stay resident (persistence threshold).
 MATRICES_PER_LAYER = {"llama": 7, "gpt2": 4}
 GROUPS = ("dp", "tp", "pp")
+# Tensor-parallel all-reduces of one micro-batch's b·s·h activations per decoder layer, as
+# distbench's engines run HF's layers: the row-parallel outputs in forward (attention o_proj,
+# MLP down_proj: 2) and, in backward, the input gradient of every column-parallel module on
+# its own (DeepSpeed AutoTP's LinearLayer: ColumnParallel.backward; torch's ColwiseParallel
+# from a Replicate input): Llama's unfused q, k, v, gate and up (5), GPT-2's fused c_attn and
+# c_fc (2). Megatron-LM fuses them: 2 + 2 (Shoeybi et al. 2019, figure 4), the default here.
+TP_ALL_REDUCES_PER_LAYER = {"llama": 7, "gpt2": 4}
+MEGATRON_TP_ALL_REDUCES_PER_LAYER = 4
 
 
 def ring_all_reduce_bytes(num_bytes: float, n: int) -> float:
@@ -88,14 +96,24 @@ def tp_comm_bytes(
     *,
     act_bytes: int,
     grad_accum_steps: int = 1,
+    all_reduces_per_layer: int = MEGATRON_TP_ALL_REDUCES_PER_LAYER,
+    head_vocab: int = 0,
 ) -> float:
-    """Tensor-parallel bytes per device per step: 4 all-reduces of b·s·h per layer per
-    micro-batch, 2 in forward (after attention and after the MLP) and 2 in backward
-    (Shoeybi et al. 2019, Megatron-LM, section 3 and figure 4), ring factor 2(t−1)/t."""
+    """Tensor-parallel bytes per device per step: `all_reduces_per_layer` all-reduces of b·s·h
+    per layer per micro-batch (Megatron-LM's 4: 2 in forward, after attention and after the
+    MLP, 2 in backward; Shoeybi et al. 2019, section 3 and figure 4; HF's unfused layers:
+    TP_ALL_REDUCES_PER_LAYER), ring factor 2(t−1)/t. `head_vocab` > 0: the LM head is
+    column-parallel with its output gathered (DeepSpeed AutoTP's training head,
+    LinearLayer(gather_output=True)): an all-gather of the b·s·vocab logits in forward and an
+    all-reduce of its b·s·h input gradient in backward."""
     if tp == 1:
         return 0.0
     one = micro_batch_size * seq_len * hidden_size * act_bytes
-    return grad_accum_steps * num_layers_local * 4 * ring_all_reduce_bytes(one, tp)
+    per_micro = num_layers_local * all_reduces_per_layer * ring_all_reduce_bytes(one, tp)
+    if head_vocab:
+        logits = micro_batch_size * seq_len * head_vocab * act_bytes
+        per_micro += ring_gather_bytes(logits, tp) + ring_all_reduce_bytes(one, tp)
+    return grad_accum_steps * per_micro
 
 
 def pp_comm_bytes(
@@ -120,9 +138,11 @@ def comm_bytes_per_group(
     param_bytes: int,
     act_bytes: int,
     grad_accum_steps: int,
+    tp_all_reduces_per_layer: int = MEGATRON_TP_ALL_REDUCES_PER_LAYER,
+    tp_head_vocab: int = 0,
 ) -> dict[str, float]:
-    """Bytes one device sends per step in each group: `dp_comm_bytes`, `tp_comm_bytes`,
-    `pp_comm_bytes`."""
+    """Bytes one device sends per step in each group: `dp_comm_bytes`, `tp_comm_bytes` (with
+    its all-reduces per layer and its gathered head's vocabulary), `pp_comm_bytes`."""
     b, s, h, m = micro_batch_size, seq_len, hidden_size, grad_accum_steps
     return {
         "dp": dp_comm_bytes(
@@ -134,7 +154,15 @@ def comm_bytes_per_group(
             grad_accum_steps=m,
         ),
         "tp": tp_comm_bytes(
-            layout.tp, layers_local, b, s, h, act_bytes=act_bytes, grad_accum_steps=m
+            layout.tp,
+            layers_local,
+            b,
+            s,
+            h,
+            act_bytes=act_bytes,
+            grad_accum_steps=m,
+            all_reduces_per_layer=tp_all_reduces_per_layer,
+            head_vocab=tp_head_vocab,
         ),
         "pp": pp_comm_bytes(layout.pp, b, s, h, act_bytes=act_bytes, num_micro=m),
     }
@@ -147,12 +175,15 @@ def collectives_per_group(
     grad_accum_steps: int,
     zero_block: dict[str, Any] | None,
     family: str,
+    tp_all_reduces_per_layer: int = MEGATRON_TP_ALL_REDUCES_PER_LAYER,
+    tp_head_split: bool = False,
 ) -> dict[str, float]:
     """Collectives per step in each group, each paying the latency α once: the gradient
     buckets (reduce, plus the all-gather of updated params for stage 1/2; reduce_bucket_size
     elements each); ZeRO-3 all-gathers each weight matrix in forward and in backward (+ the
-    embedding and LM head); tp 4 all-reduces per layer per micro-batch; pp a send forward and
-    one backward per micro-batch."""
+    embedding and LM head); tp `tp_all_reduces_per_layer` all-reduces per layer per
+    micro-batch (+ the gathered head's all-gather and all-reduce); pp a send forward and one
+    backward per micro-batch."""
     m = grad_accum_steps
     bucket = float((zero_block or {}).get("reduce_bucket_size", DEFAULT_BUCKET_ELEMENTS))
     buckets = math.ceil(shard_params / bucket) if layout.dp > 1 else 0
@@ -161,7 +192,8 @@ def collectives_per_group(
     if layout.zero_stage == 3 and layout.dp > 1:
         gathered = MATRICES_PER_LAYER[family] * layers_local + 2  # + embedding, LM head
         collectives["dp"] += 2 * m * gathered
-    collectives["tp"] = 4 * layers_local * m * (layout.tp > 1)
+    tp_per_micro = tp_all_reduces_per_layer * layers_local + (2 if tp_head_split else 0)
+    collectives["tp"] = tp_per_micro * m * (layout.tp > 1)
     collectives["pp"] = 2.0 * m * (layout.pp > 1)
     return collectives
 
@@ -189,11 +221,23 @@ def group_spans_nodes(group: str, layout: Layout, ranks_per_node: int) -> bool:
 
 
 def hardware_internode_gbytes_per_s(hardware: Any) -> float | None:
-    """The inter-node link per device in GB/s (hardware.internode_gbytes_per_s), None if the
-    catalog entry has none. A ring whose group crosses nodes runs at its slowest link, this
-    one (Patarasuk & Yuan 2009: ring time is bounded by the slowest hop)."""
+    """The inter-node link per device in GB/s (hardware.internode_gbytes_per_s: its NIC), None
+    if the catalog entry has none. A ring whose group crosses nodes is bounded by its slowest
+    hops (Patarasuk & Yuan 2009), which a node's channels spread over all its NICs
+    (`ring_internode_gbytes_per_s`)."""
     value = getattr(hardware, "internode_gbytes_per_s", None)
     return None if value is None else float(value)
+
+
+def ring_internode_gbytes_per_s(
+    nic_gbytes_per_s: float, ranks_per_node: int, intra_gbps: float
+) -> float:
+    """A device's bus bandwidth in a ring collective whose group spans nodes, one NIC per
+    device: NCCL runs one ring per channel and spreads the channels over the node's NICs, so
+    only one hop per node and channel crosses the network and each NIC carries 1/ranks_per_node
+    of the bytes a device sends; the ring then runs at the node's aggregate rate (NIC ×
+    ranks per node), up to the intra-node link its other hops take."""
+    return min(intra_gbps, nic_gbytes_per_s * max(ranks_per_node, 1))
 
 
 @dataclass(frozen=True)
@@ -221,7 +265,9 @@ def resolve_links(
     hardware.link_source=measured the store's fits (`measured`, probes/parts.py Measurements:
     measured_interconnect_gbps, measured_internode_gbytes_per_s, link_latency_us), then the
     catalog, then the CPU default (DEFAULT_CPU_INTERCONNECT_GBPS, DEFAULT_LATENCY_S). A group
-    that spans nodes runs on the inter-node link when one is known."""
+    that spans nodes runs on the inter-node link when one is known: a pipeline's sends on one
+    device's NIC, a ring collective at `ring_internode_gbytes_per_s` (a measured fit is the
+    collective's own bus bandwidth already)."""
     fitted = hardware.link_source == "measured"
     bw = (
         bandwidth_gbps
@@ -229,15 +275,18 @@ def resolve_links(
         or hardware.interconnect_gbps
         or DEFAULT_CPU_INTERCONNECT_GBPS
     )
-    internode = (
-        fitted and measured.measured_internode_gbytes_per_s
-    ) or hardware_internode_gbytes_per_s(hardware)
+    internode_fit = fitted and measured.measured_internode_gbytes_per_s
+    internode = internode_fit or hardware_internode_gbytes_per_s(hardware)
+    ring_internode = internode_fit or (
+        internode and ring_internode_gbytes_per_s(internode, ranks_per_node, float(bw))
+    )
     alpha = latency_s
     if alpha is None:
         measured_us = measured.link_latency_us if fitted else None
         alpha = measured_us * 1e-6 if measured_us is not None else default_latency_s(device)
     spans = {g: group_spans_nodes(g, layout, ranks_per_node) for g in GROUPS}
-    link = {g: float(internode if spans[g] and internode else bw) for g in spans}
+    across = {"dp": ring_internode, "tp": ring_internode, "pp": internode}
+    link = {g: float(across[g] if spans[g] and across[g] else bw) for g in spans}
     return Links(
         intra_gbps=float(bw), internode_gbytes_per_s=internode, latency_s=alpha, per_group=link
     )

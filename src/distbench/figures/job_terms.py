@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from distbench.figures.activations import num_recomputed_layers, recompute_flops_fraction
 from distbench.figures.communication import (
+    MEGATRON_TP_ALL_REDUCES_PER_LAYER,
+    TP_ALL_REDUCES_PER_LAYER,
     Links,
     collectives_per_group,
     comm_bytes_per_group,
@@ -24,16 +26,25 @@ from distbench.figures.communication import (
     resolve_links,
 )
 from distbench.figures.memory import Memory, cpu_runtime_bytes, memory_per_device
-from distbench.figures.metrics import BYTES_PER_DTYPE, train_flops_per_token
+from distbench.figures.metrics import (
+    BYTES_PER_DTYPE,
+    device_train_flops_per_token,
+    train_flops_per_token,
+)
 from distbench.figures.model_states import StateBytes, deepspeed_host_bytes_per_node
 from distbench.figures.params import ParamSplit, param_split, params_per_model_shard
 from distbench.figures.step_time import (
+    cpu_oversubscription,
     efficiency_compute_s,
     hidden_comm_s,
     measured_compute_s,
     measured_parts_s,
     offload_traffic,
     optimizer_term_s,
+    oversubscribed_s,
+    pipeline_bubble_s,
+    rank_threads,
+    ranks_sharing_machine,
 )
 from distbench.precision import is_mixed
 
@@ -160,7 +171,21 @@ def job_comm_bytes(job: Job, shard: Shard) -> dict[str, float]:
         param_bytes=shard.moved.param,
         act_bytes=BYTES_PER_DTYPE[job.dtype],
         grad_accum_steps=job.batch.grad_accum_steps,
+        tp_all_reduces_per_layer=tp_all_reduces_per_layer(job),
+        tp_head_vocab=job.model.vocab_size if tp_head_split(job) else 0,
     )
+
+
+def tp_all_reduces_per_layer(job: Job) -> int:
+    """The tensor-parallel all-reduces per decoder layer per micro-batch of the job's model
+    family (communication.TP_ALL_REDUCES_PER_LAYER; Megatron's 4 for another)."""
+    return TP_ALL_REDUCES_PER_LAYER.get(job.model.family, MEGATRON_TP_ALL_REDUCES_PER_LAYER)
+
+
+def tp_head_split(job: Job) -> bool:
+    """Whether the LM head is split over tp: DeepSpeed's AutoTP shards it (column-parallel,
+    its logits gathered), the torch engine's TP plan replicates it (torch_native.py)."""
+    return job.layout.tp > 1 and job.engine != "torch"
 
 
 def job_collectives(job: Job, shard: Shard) -> dict[str, float]:
@@ -172,6 +197,8 @@ def job_collectives(job: Job, shard: Shard) -> dict[str, float]:
         job.batch.grad_accum_steps,
         job.zero_optimization,
         job.model.family,
+        tp_all_reduces_per_layer=tp_all_reduces_per_layer(job),
+        tp_head_split=tp_head_split(job),
     )
 
 
@@ -228,26 +255,63 @@ def compute_s(job: Job, shard: Shard, flops_per_token: float, efficiency: float)
     )
 
 
+def device_flops_per_token(job: Job, shard: Shard, *, whole_pipeline: bool = False) -> float:
+    """Training FLOPs per token of the job's busiest device (its pipeline stage, its tp share;
+    metrics.device_train_flops_per_token); whole_pipeline: of all its stages together."""
+    split, layout = shard.split, shard.layout
+    return device_train_flops_per_token(
+        split.per_layer,
+        split.num_layers,
+        split.matmul - split.num_layers * split.per_layer,
+        job.model.hidden_size,
+        job.batch.seq_len,
+        tp=layout.tp,
+        pp=1 if whole_pipeline else layout.pp,
+        head_split_by_tp=tp_head_split(job),
+    )
+
+
 def _fwd_bwd_s(job: Job, shard: Shard, flops_per_token: float, efficiency: float) -> float:
-    """A step's forward + backward without recompute (compute_s)."""
+    """A step's forward + backward on the busiest device, without recompute (compute_s):
+    `flops_per_token` is the model's, of which that device runs `device_flops_per_token`."""
     hardware, batch, layout = job.hardware, job.batch, shard.layout
+    device_flops = device_flops_per_token(job, shard)
     parts = measured_parts_s(hardware, job.measured)
     if parts:
         engine_host = job.measured.micro_batch_engine_host_s or 0.0
         return measured_compute_s(
-            job.device, *parts, layout.tp, layout.pp, batch.grad_accum_steps, engine_host
+            job.device,
+            *parts,
+            layout.tp,
+            layout.pp,
+            batch.grad_accum_steps,
+            engine_host,
+            kernel_share=device_flops / flops_per_token,
         )
     peak = getattr(hardware, f"peak_tflops_{job.dtype}")
     return efficiency_compute_s(
-        flops_per_token,
+        device_flops,
         batch.micro_batch_size,
         batch.grad_accum_steps,
         batch.seq_len,
-        layout.tp,
-        layout.pp,
+        1,
+        1,
         peak,
         efficiency,
     )
+
+
+def job_oversubscription(job: Job) -> float:
+    """`cpu_oversubscription` of a CPU job: the ranks on one machine (ranks_sharing_machine)
+    × each one's threads (rank_threads, the launcher's rule) over the cores they share
+    (job.measured.host_cores, attached by prepare_job); 1 on a GPU or when the cores are
+    unknown."""
+    cores = job.measured.host_cores
+    if job.device != "cpu" or not cores:
+        return 1.0
+    topology = job.topology
+    ranks = ranks_sharing_machine(topology.rank_launcher, job.world_size, topology.ranks_per_node)
+    return cpu_oversubscription(ranks, rank_threads(cores, ranks), cores)
 
 
 def optimizer_s(job: Job, shard: Shard) -> float:
@@ -282,10 +346,13 @@ def step_time_terms(
     efficiency: float,
     offload_s: float,
 ) -> tuple[dict[str, float], float]:
-    """The step's terms in seconds (compute, bubble, exposed comm, optimizer, offload) and the
-    communication hidden under compute (`hidden_comm_s`)."""
-    layout, m = shard.layout, job.batch.grad_accum_steps
+    """The step's terms in seconds (compute, bubble, exposed comm, optimizer, offload, and on
+    a CPU host whose cores its ranks time-share what that adds: `oversubscribed`,
+    job_oversubscription) and the communication hidden under compute (`hidden_comm_s`)."""
+    m = job.batch.grad_accum_steps
     compute = compute_s(job, shard, flops_per_token, efficiency)
+    stage_flops = device_flops_per_token(job, shard)
+    whole_flops = device_flops_per_token(job, shard, whole_pipeline=True)
     comm_s = comm_s_per_group(comm, collectives, links)
     hidden = hidden_comm_s(
         job.engine,
@@ -299,9 +366,16 @@ def step_time_terms(
     )
     time_s = {
         "compute": compute,
-        "bubble": compute * (layout.pp - 1) / m,
+        "bubble": pipeline_bubble_s(compute, m, stage_flops, whole_flops - stage_flops),
         "comm": sum(comm_s.values()) - hidden,  # exposed
         "optimizer": optimizer_s(job, shard),
         "offload": offload_s,
     }
+    oversubscription = job_oversubscription(job)
+    if oversubscription > 1.0:  # the ranks time-share the host's cores
+        # a rank's mean busy time: its stage's share of the pipeline's compute (the bubble is
+        # waiting), its communication, optimizer and offload
+        mean_compute = compute * whole_flops / (stage_flops * shard.layout.pp)
+        busy = mean_compute + sum(v for k, v in time_s.items() if k not in ("compute", "bubble"))
+        time_s["oversubscribed"] = oversubscribed_s(time_s, oversubscription, busy)
     return time_s, hidden

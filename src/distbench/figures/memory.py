@@ -15,7 +15,8 @@
   one micro-batch, times the micro-batches a pipeline stage holds, plus the loss's logits and
   the backward's transient weight gradient;
 - the peak is the resident terms + max(forward/backward activations, optimizer-step
-  temporaries); on CPU + the process runtime (CPU_RUNTIME_GIB);
+  temporaries); on CPU + the process runtime (CPU_RUNTIME_GIB) and, for an engine that shards
+  over dp, what glibc's heap keeps of the activations (CPU_HEAP_RETENTION_OF_ACTIVATIONS);
 - when a term is alive: the torch engine frees its gradients after every step, so a step of
   one micro-batch reaches its activation peak without them (`Memory.grads_transient`);
   autocast's bf16 weight copies of a checkpointed layer die at the end of the forward, unless
@@ -62,6 +63,12 @@ CPU_RUNTIME_GIB = {"torch": 0.37, "deepspeed": 0.49}
 # modelled: gloo's per-collective copies, and DeepSpeed's shared-memory CPU communication
 # workspace (fitted the same way: measured peak − prediction without it).
 CPU_COMM_RUNTIME_GIB = {"torch": 0.1, "deepspeed": 0.15}
+# What a CPU rank's peak RSS keeps of its activations beyond the live tensors when its engine
+# allocates communication buffers inside backward (ZeRO-1/2's bucket copies, ZeRO-3's and
+# FSDP2's gathers and reduce-scatters): among the activations being freed, glibc's heap cannot
+# return those pages (blocks under its dynamic mmap threshold come from the heap). Fitted on
+# half the README's CPU grid jobs, checked on the other half (benchmarks/cpu_runs/README.md).
+CPU_HEAP_RETENTION_OF_ACTIVATIONS = 0.39
 # What CUDA max allocated does not show but a device must hold: the CUDA context and
 # cuBLAS/NCCL workspaces (~0.5-1 GiB on an H100). Kept free when deciding whether a layout
 # fits (`gpu_headroom_bytes`), not added to pred_peak_mem_gib.
@@ -133,6 +140,16 @@ def cpu_runtime_bytes(engine: str, device_is_host: bool, world_size: int) -> flo
         if world_size > 1:
             runtime_gib += CPU_COMM_RUNTIME_GIB.get(engine, 0.0)
     return runtime_gib * GIB
+
+
+def cpu_heap_retention_fraction(device_is_host: bool, zero_stage: int, dp: int) -> float:
+    """The share of the activations a CPU rank's peak RSS keeps beyond the live tensors
+    (CPU_HEAP_RETENTION_OF_ACTIVATIONS): on a CPU rank whose engine shards states over dp > 1
+    (ZeRO-1+, FSDP as its zero-equivalent stage 3); 0 otherwise and on a GPU (CUDA max
+    allocated counts live tensors only)."""
+    if not device_is_host or dp <= 1 or zero_stage < 1:
+        return 0.0
+    return CPU_HEAP_RETENTION_OF_ACTIVATIONS
 
 
 # --------------------------------------------------------------------------- model states
@@ -466,13 +483,18 @@ def memory_per_device(
         device_is_host=device_is_host,
     )
     device_states = {k: v for k, v in alive.by_term.items() if v}
+    activations = sum(alive.acts.values())
+    retained = activations * cpu_heap_retention_fraction(device_is_host, stage, layout.dp)
+    runtime_terms = {"runtime": runtime_bytes}
+    if retained:
+        runtime_terms["cpu_heap_retained"] = retained
     return Memory(
-        activations=sum(alive.acts.values()),
+        activations=activations,
         host=states.host,
         buffers=sum(buffers.values()),
         step_temp=states.step_temp,
-        runtime=runtime_bytes,
+        runtime=runtime_bytes + retained,
         grads_transient=transient,
-        terms={**device_states, **buffers, **alive.acts, "runtime": runtime_bytes},
+        terms={**device_states, **buffers, **alive.acts, **runtime_terms},
         **alive.sums,
     )

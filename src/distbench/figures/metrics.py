@@ -52,6 +52,28 @@ def train_flops_per_token(
     return 6.0 * num_matmul_params + 12.0 * num_layers * hidden_size * seq_len
 
 
+def device_train_flops_per_token(
+    layer_params: float,
+    num_layers: int,
+    head_params: float,
+    hidden_size: int,
+    seq_len: int,
+    *,
+    tp: int,
+    pp: int,
+    head_split_by_tp: bool,
+) -> float:
+    """Training FLOPs per token of the job's busiest device, the one a step waits for
+    (`train_flops_per_token`'s 6N + 12·L·h·s on its share): its pipeline stage's L/pp decoder
+    layers (`layer_params` each) split over tp, plus on the last stage the LM head and final
+    norm (`head_params`), split over tp where the engine shards the head (DeepSpeed AutoTP's
+    column-parallel head) and whole on every tp rank where it is replicated (torch_tp). With
+    tp = pp = 1 it is train_flops_per_token."""
+    layers = num_layers / pp
+    head = head_params / (tp if head_split_by_tp else 1)
+    return 6.0 * (layers * layer_params / tp + head) + 12.0 * layers * hidden_size * seq_len / tp
+
+
 def tflops_total(flops_per_token: float, throughput_tokens_per_second: float) -> float:
     """Achieved model TFLOP/s of the whole job: FLOPs per token × tokens/s / 1e12."""
     return flops_per_token * throughput_tokens_per_second / 1e12

@@ -21,6 +21,12 @@ and the same figures against what a finished run measured.
                  false in conf/ds_zero); assumptions["comm_hidden_s"] holds the hidden part
       optimizer= AdamW's memory-bound step over this device's shard (optimizer_step_s)
       offload  = host-link traffic at HOST_LINK_GBPS + the host Adam (GPU devices only)
+      oversubscribed = (k − 1) × the terms above on a CPU host whose cores are asked for k > 1
+                 times over (ranks × threads / cores: job_terms.job_oversubscription); the
+                 prediction's assumptions["oversubscription"] and a run's
+                 `pred_oversubscription` say so
+    compute is the busiest device's: its pipeline stage, its tp share of the layers, and the
+    LM head whole where the engine replicates it (metrics.device_train_flops_per_token).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from distbench.figures.job_terms import (
     job_links,
     job_memory,
     job_offload,
+    job_oversubscription,
     job_precision,
     step_time_terms,
 )
@@ -138,6 +145,9 @@ def assumptions_of(
         "time_source": (
             "efficiency" if measured_parts_s(job.hardware, job.measured) is None else "measured"
         ),
+        # ranks × threads per core of a CPU host (1: each rank has cores of its own)
+        "oversubscription": job_oversubscription(job),
+        "host_cores": job.measured.host_cores,
     }
 
 
@@ -212,7 +222,9 @@ def pred_vs_measured(job: Job, metrics: dict[str, float]) -> dict[str, float]:
     On GPU the measured peak is CUDA max allocated: model states, buffers and activations, as
     predicted. On CPU it is the process's peak RSS, which also holds the Python/torch/DeepSpeed
     runtime, a term of the CPU prediction (`Memory.runtime`, CPU_RUNTIME_GIB). An offload run
-    also logs `pred_host_mem_gib`, the host RAM per node DeepSpeed's estimator asks for."""
+    also logs `pred_host_mem_gib`, the host RAM per node DeepSpeed's estimator asks for; a
+    CPU job whose ranks' threads outnumber the host's cores `pred_oversubscription`, how many
+    times over (its step time assumes them time-shared: job_terms.job_oversubscription)."""
     pred = predict(job)
     out = {
         "pred_peak_mem_gib": pred.mem.total / GIB,
@@ -221,6 +233,8 @@ def pred_vs_measured(job: Job, metrics: dict[str, float]) -> dict[str, float]:
     host = pred.assumptions.get("host_mem_bytes_per_node") or 0.0
     if host:
         out["pred_host_mem_gib"] = host / GIB
+    if pred.assumptions["oversubscription"] > 1.0:  # the step time assumes shared cores
+        out["pred_oversubscription"] = pred.assumptions["oversubscription"]
     if pred.step_time_s is not None:
         out["pred_step_time_s"] = pred.step_time_s
     if metrics.get("peak_mem_gib"):

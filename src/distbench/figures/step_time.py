@@ -36,6 +36,43 @@ DDP_BUCKET_BYTES = 25 * 1024**2
 BACKWARD_FRACTION = 2 / 3
 
 
+def rank_threads(num_cores: int, ranks_sharing_cores: int) -> int:
+    """The CPU threads of one rank: the cores split between the ranks that share them (what the
+    launcher sets as OMP_NUM_THREADS, launch/workers.py)."""
+    return max(1, num_cores // ranks_sharing_cores)
+
+
+def ranks_sharing_machine(rank_launcher: str, world_size: int, ranks_per_node: int) -> int:
+    """Ranks on one machine: every rank under local_nodes (its "nodes" are this machine), else
+    a node's."""
+    return world_size if rank_launcher == "local_nodes" else ranks_per_node
+
+
+def cpu_oversubscription(ranks_here: int, threads_per_rank: int, cores: int | None) -> float:
+    """How many times over a CPU host's cores are asked for: its ranks × each rank's threads /
+    its cores, at least 1 (1 when the cores are unknown). Every part of a CPU rank's work runs
+    on those cores (the kernels, gloo's copies and reductions, the optimizer), so when they are
+    time-shared (Linux CFS shares them fairly between runnable threads) a rank's busy time
+    stretches by this factor; a rank that waits (a pipeline bubble) leaves its share to the
+    others (`oversubscribed_s`)."""
+    if not cores or cores <= 0:
+        return 1.0
+    return max(1.0, ranks_here * threads_per_rank / cores)
+
+
+def oversubscribed_s(
+    terms_s: dict[str, float], oversubscription: float, mean_busy_s: float | None = None
+) -> float:
+    """What time-sharing the cores adds to a step whose terms take `terms_s` on cores of their
+    own: the host's cores must do every rank's busy work, so the step lasts at least
+    oversubscription × a rank's mean busy seconds (`mean_busy_s`: what the ranks do besides
+    waiting; by default the whole step, as when every rank does the same work), and no less
+    than the step alone; the excess over the step."""
+    step_s = sum(terms_s.values())
+    busy_s = step_s if mean_busy_s is None else mean_busy_s
+    return max(0.0, oversubscription * busy_s - step_s)
+
+
 def default_efficiency(device: str) -> float:
     """The assumed fraction of the peak a step reaches when nothing measured says otherwise."""
     return DEFAULT_EFFICIENCY.get(device, 0.4)
@@ -81,6 +118,7 @@ def measured_compute_s(
     pp: int,
     grad_accum_steps: int,
     engine_host_s: float = 0.0,
+    kernel_share: float | None = None,
 ) -> float:
     """Forward + backward of a step from one micro-batch's measured parts
     (probes/step_parts.py): its kernels' time on the device, split over tp·pp (a tp rank runs
@@ -92,8 +130,9 @@ def measured_compute_s(
     workloads/train/engine_probe.py) is added on both: DeepSpeed's parameter coordinator waits
     for the device once two fetch events are outstanding (partitioned_param_coordinator.py,
     __max_ongoing_fetch_events), so the host runs at most two fetches ahead of the kernels,
-    not a whole micro-batch."""
-    kernels_s = device_s / (tp * pp)
+    not a whole micro-batch. `kernel_share`: the busiest device's share of the model's
+    kernels instead of 1/(tp·pp) (metrics.device_train_flops_per_token over the model's)."""
+    kernels_s = device_s * kernel_share if kernel_share is not None else device_s / (tp * pp)
     launch_s = host_s / pp
     per_micro_batch = max(kernels_s, launch_s) if device == "cuda" else kernels_s + launch_s
     return grad_accum_steps * (per_micro_batch + engine_host_s)
@@ -104,6 +143,20 @@ def pipeline_bubble_fraction(pp: int, num_micro_batches: int) -> float:
     Narayanan et al. 2021, Megatron-LM 3D, section 2.2). Added to a step as compute·(p−1)/m,
     the same fraction of the pipelined time."""
     return (pp - 1) / (num_micro_batches + pp - 1)
+
+
+def pipeline_bubble_s(
+    compute_s: float, grad_accum_steps: int, stage_flops: float, other_stages_flops: float
+) -> float:
+    """The pipeline's fill and drain beyond the busiest stage's `compute_s` (its m
+    micro-batches): one micro-batch of every other stage, forward before the busiest stage
+    starts and backward after it ends, i.e. compute × (the other stages' FLOPs / the busiest
+    stage's) / m. With p equal stages that is compute·(p−1)/m, GPipe's and 1F1B's bubble
+    (pipeline_bubble_fraction); the busiest stage is the last (it holds the LM head), whose
+    first forward waits on the others' and whose last backward they wait on."""
+    if stage_flops <= 0 or other_stages_flops <= 0:
+        return 0.0
+    return compute_s * other_stages_flops / stage_flops / max(grad_accum_steps, 1)
 
 
 def hidden_comm_s(

@@ -100,6 +100,9 @@ class Measurements:
     micro_batch_engine_host_s: float | None = None
     engine_step_s: float | None = None
     time_calibration_error: str | None = None
+    # the CPU cores this machine's ranks share (probes/detect.py num_cpu_cores; a CPU device
+    # only): the planner prices ranks × threads beyond them (step_time.cpu_oversubscription)
+    host_cores: int | None = None
 
     def replace(self, **changes: Any) -> Measurements:
         return dataclasses.replace(self, **changes)

@@ -212,7 +212,13 @@ def assumptions_line(plan: Plan) -> str:
             else f"efficiency {a['efficiency']:.2f}; "
         )
         + f"{a.get('num_nodes', 1)} node(s) × {a.get('ranks_per_node', '?')} ranks, "
-        f"link {a['bandwidth_gbps']:g} GB/s within a node"
+        + (  # figures/job_terms.py job_oversubscription
+            f"oversubscribed: their threads ask {a['oversubscription']:g}x the "
+            f"{a.get('host_cores')} cores, step times assume them time-shared, "
+            if (a.get("oversubscription") or 1.0) > 1.0
+            else ""
+        )
+        + f"link {a['bandwidth_gbps']:g} GB/s within a node"
         + (f", {internode:g} GB/s per device between nodes" if internode else "")
         + f", latency {a['latency_s'] * 1e6:g} µs per collective, "
         f"activations {'recomputed' if a['recompute'] else 'stored'} (ckpt: activation "

@@ -36,6 +36,7 @@ TAG_COLUMNS = (
     "failure_kind",
     "failure_reason",
     "mfu_error",
+    "oversubscribed",  # orchestrator/host_watch.py: the run's figures came from shared cores
 )
 ID_COLUMNS = ("run_id", "run_name", "status", "start_time", "parent_run_id")
 

@@ -249,7 +249,8 @@ def failed_runs(df: pd.DataFrame) -> pd.DataFrame:
 
 def pred_vs_measured(df: pd.DataFrame) -> pd.DataFrame:
     """Predicted vs measured peak memory and step time per finished run, with the relative
-    errors (pred − measured) / measured (recomputed when the run did not log them)."""
+    errors (pred − measured) / measured (recomputed when the run did not log them), and where
+    runs have them its `oversubscribed` tag and `pred_oversubscription`."""
     df = finished(df)
     cols = [c for c in ("run_name", "strategy", "world_size") if c in df]
     out = df[cols].copy()
@@ -260,7 +261,12 @@ def pred_vs_measured(df: pd.DataFrame) -> pd.DataFrame:
         out[err] = df[err] if err in df else (df[pred] - df[measured]) / df[measured]
     if len(out.columns) == len(cols):
         return out.iloc[0:0]
-    return out.dropna(how="all", subset=[c for c in out.columns if c not in cols])
+    out = out.dropna(how="all", subset=[c for c in out.columns if c not in cols])
+    # whether the run's cores were shared (its tag) and the prediction assumed so (its metric)
+    for extra in ("oversubscribed", "pred_oversubscription"):
+        if extra in df:
+            out[extra] = df.loc[out.index, extra]
+    return out
 
 
 def key_labels(df: pd.DataFrame) -> pd.Series:

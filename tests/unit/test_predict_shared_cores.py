@@ -1,0 +1,126 @@
+"""The planner on the README's CPU grids (issue 26, item 8): ranks that time-share a host's
+cores, tensor parallelism as distbench's engines run HF's layers (an all-reduce per
+column-parallel module, DeepSpeed's gathered LM head), and the busiest pipeline stage.
+Hand-computed cases on composed configs; no process starts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from distbench.figures import memory
+from distbench.figures.communication import ring_all_reduce_bytes, ring_gather_bytes
+from distbench.figures.job_terms import device_flops_per_token, device_shard
+from distbench.figures.predict import pred_vs_measured, predict
+from distbench.figures.step_time import cpu_oversubscription
+from distbench.job import Job, resolve_job
+from distbench.probes.threads import rank_threads
+from tests.conftest import CONF_DIR, compose_config
+
+pytestmark = pytest.mark.unit
+
+MEDIUM = ["model=tiny", "batch=medium", "hardware=cpu"]
+
+
+def _cpu_job(overrides: list[str], host_cores: int | None = 2) -> Job:
+    job = resolve_job(compose_config([*MEDIUM, *overrides]), CONF_DIR)
+    hardware = dataclasses.replace(job.hardware, peak_tflops_fp32=0.08)
+    return job.replace(hardware=hardware).with_measured(host_cores=host_cores)
+
+
+def test_oversubscription_is_ranks_times_threads_over_cores():
+    assert cpu_oversubscription(4, rank_threads(2, 4), 2) == 2.0
+    assert cpu_oversubscription(2, rank_threads(2, 2), 2) == 1.0
+    assert cpu_oversubscription(1, rank_threads(2, 1), 2) == 1.0  # one rank, two threads
+    assert cpu_oversubscription(3, 2, 4) == 1.5  # OMP threads set by hand
+    assert cpu_oversubscription(8, 1, None) == 1.0  # cores unknown: not assumed
+
+
+def test_four_ranks_on_two_cores_take_twice_the_step_and_say_so():
+    shared = predict(_cpu_job(["strategy=dp", "world_size=4"]))
+    own = predict(_cpu_job(["strategy=dp", "world_size=4"], host_cores=4))
+    assert shared.assumptions["oversubscription"] == 2.0
+    assert own.assumptions["oversubscription"] == 1.0 and "oversubscribed" not in own.time_s
+    assert shared.time_s["oversubscribed"] == pytest.approx(own.step_time_s)
+    assert shared.step_time_s == pytest.approx(2 * own.step_time_s)
+    assert shared.mem.total == own.mem.total  # the cores, not the memory, are shared
+    logged = pred_vs_measured(_cpu_job(["strategy=dp", "world_size=4"]), {})
+    assert logged["pred_oversubscription"] == 2.0
+    assert "pred_oversubscription" not in pred_vs_measured(_cpu_job(["world_size=2"]), {})
+
+
+def test_a_gpu_job_is_never_oversubscribed():
+    job = resolve_job(compose_config(["hardware=h100_sxm", "world_size=8"]), CONF_DIR)
+    assert predict(job.with_measured(host_cores=2)).assumptions["oversubscription"] == 1.0
+
+
+def test_tensor_parallel_traffic_is_what_the_engines_send_per_layer():
+    """Llama under tp=2: 2 row-parallel all-reduces in forward, 5 column-parallel input
+    gradients in backward per layer; DeepSpeed's AutoTP head also gathers the logits and
+    all-reduces its input gradient; torch_tp replicates the head (no head traffic)."""
+    b, s, h, v, layers, m = 4, 512, 256, 8192, 4, 4
+    one = b * s * h * 4  # fp32 activations
+    ds = predict(_cpu_job(["strategy=tp", "world_size=2"]))
+    head = ring_gather_bytes(b * s * v * 4, 2) + ring_all_reduce_bytes(one, 2)
+    assert ds.comm_bytes["tp"] == pytest.approx(m * (layers * 7 * one + head))
+    torch_tp = predict(_cpu_job(["strategy=torch_tp", "world_size=2"]))
+    assert torch_tp.comm_bytes["tp"] == pytest.approx(m * layers * 7 * one)
+    # the replicated head runs whole on each tp rank: more compute than DeepSpeed's split one
+    assert torch_tp.time_s["compute"] > 1.2 * ds.time_s["compute"]
+
+
+def test_the_last_pipeline_stage_sets_the_step_and_the_others_the_bubble():
+    job = _cpu_job(["strategy=pp", "world_size=2"])
+    shard = device_shard(job)
+    last = device_flops_per_token(job, shard)
+    whole = device_flops_per_token(job, shard, whole_pipeline=True)
+    assert whole / 2 < last < whole  # the last stage holds the LM head
+    pp = predict(job)
+    single = predict(_cpu_job(["strategy=single", "world_size=1"]))
+    assert pp.time_s["compute"] == pytest.approx(single.time_s["compute"] * last / whole)
+    m = job.batch.grad_accum_steps
+    assert pp.time_s["bubble"] == pytest.approx(pp.time_s["compute"] * (whole - last) / last / m)
+
+
+def test_sharded_engines_keep_part_of_the_activations_in_a_cpu_ranks_rss():
+    zero3 = predict(_cpu_job(["strategy=zero3", "world_size=2"])).mem
+    fraction = memory.CPU_HEAP_RETENTION_OF_ACTIVATIONS
+    assert zero3.terms["cpu_heap_retained"] == pytest.approx(fraction * zero3.activations)
+    assert zero3.runtime == pytest.approx(zero3.terms["runtime"] + zero3.terms["cpu_heap_retained"])
+    assert "cpu_heap_retained" not in predict(_cpu_job(["strategy=dp", "world_size=2"])).mem.terms
+    gpu = resolve_job(compose_config(["hardware=h100_sxm", "strategy=zero3"]), CONF_DIR)
+    assert "cpu_heap_retained" not in predict(gpu).mem.terms  # CUDA max allocated: live only
+
+
+def test_a_ring_across_nodes_runs_at_the_nodes_nics_a_pipeline_send_at_one():
+    overrides = ["hardware=a100_80gb", "model=llama3_8b", "strategy=3d", "strategy.pp=8"]
+    sizes = ["world_size=32", "num_nodes=4", "batch.grad_accum_steps=8"]
+    job = resolve_job(compose_config([*overrides, *sizes]), CONF_DIR)
+    # 8 ranks per node, tp 2 inside one; the dp and pp groups span nodes
+    links = predict(job).assumptions
+    nic = job.hardware.internode_gbytes_per_s
+    assert links["link_gbytes_per_s"]["dp"] == min(8 * nic, job.hardware.interconnect_gbps)
+    assert links["link_gbytes_per_s"]["pp"] == nic
+    assert links["link_gbytes_per_s"]["tp"] == job.hardware.interconnect_gbps
+
+
+def test_the_reports_prediction_table_says_whether_cores_were_shared():
+    import pandas as pd
+
+    from distbench.tools.report.tables import pred_vs_measured as table
+
+    runs = pd.DataFrame(
+        {
+            "status": ["FINISHED", "FINISHED"],
+            "run_name": ["dp-ws2", "dp-ws4"],
+            "pred_step_time_s": [6.45, 13.0],
+            "step_time_s_p50": [6.97, 12.2],
+            "oversubscribed": [None, "true"],
+            "pred_oversubscription": [None, 2.0],
+        }
+    )
+    out = table(runs)
+    assert list(out["oversubscribed"].fillna("")) == ["", "true"]
+    assert out["pred_oversubscription"].iloc[1] == 2.0
+    assert out["time_pred_rel_err"].iloc[1] == pytest.approx((13.0 - 12.2) / 12.2)
