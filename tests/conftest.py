@@ -133,10 +133,31 @@ def deepspeed_ops() -> None:
         warnings.warn(f"DeepSpeed's CPU op did not build: {proc.stderr[-2000:]}", stacklevel=1)
 
 
-def _shared(name: str, tmp_path_factory: pytest.TempPathFactory):
+@pytest.fixture(scope="session")
+def store_template(tmp_path_factory) -> Path:
+    """An empty MLflow sqlite store (MLflow's schema and its Default experiment, no distbench
+    experiment: run.py creates that with its artifact dir next to the copy), made once."""
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path_factory.mktemp("store_template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()  # MLflow's migrations
+    return db
+
+
+@pytest.fixture
+def sqlite_store(store_template, tmp_path) -> str:
+    """tmp_path/mlflow.db (the store of tests/e2e/test_sweep.py's run_py and runs_of) as a copy
+    of the session's empty store; its URI. MLflow's migrations of a new sqlite store cost each
+    test seconds (~4 s here); run.py creating one itself is the README sweep's and
+    test_survive's two sweeps at once against one fresh store."""
+    shutil.copy(store_template, tmp_path / "mlflow.db")
+    return f"sqlite:///{tmp_path}/mlflow.db"
+
+
+def _shared(name: str, tmp_path_factory: pytest.TempPathFactory, store: Path | None = None):
     from tests.e2e.shared_sweeps import shared_sweep
 
-    return shared_sweep(name, tmp_path_factory)
+    return shared_sweep(name, tmp_path_factory, store)
 
 
 @pytest.fixture(scope="session")
@@ -146,12 +167,14 @@ def readme_sweep(deepspeed_ops, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def grid_sweep(deepspeed_ops, tmp_path_factory):
-    """Every other training strategy at world_size=2 (tests/e2e/shared_sweeps.py), once."""
-    return _shared("grid", tmp_path_factory)
+def grid_sweep(deepspeed_ops, tmp_path_factory, store_template):
+    """The other training strategies at world_size=2 (tests/e2e/shared_sweeps.py), once, into
+    a copy of the empty store (run.py creating the store: the README sweep's)."""
+    return _shared("grid", tmp_path_factory, store_template)
 
 
 @pytest.fixture(scope="session")
-def inference_sweep(deepspeed_ops, tmp_path_factory):
-    """workload=inference on dp and tp, 2 ranks, run once per session."""
-    return _shared("inference", tmp_path_factory)
+def inference_sweep(deepspeed_ops, tmp_path_factory, store_template):
+    """workload=inference on dp and tp, 2 ranks, run once per session (a copy of the empty
+    store, as the grid's)."""
+    return _shared("inference", tmp_path_factory, store_template)

@@ -42,6 +42,7 @@ def run(tmp_path, name: str, *overrides: str) -> tuple[dict, object]:
     return outcome, MlflowClient(uri).get_run(outcome["run_id"]).data
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_full_checkpointing_under_zero3_is_exact_and_lowers_the_measured_and_predicted_peak(
     tmp_path,
 ):
@@ -65,12 +66,13 @@ def test_full_checkpointing_under_zero3_is_exact_and_lowers_the_measured_and_pre
     assert full.metrics["pred_step_time_s"] > none.metrics["pred_step_time_s"]  # the recompute
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="torch.compile's CPU backend needs gcc")
 def test_compiled_checkpointed_layers_on_the_torch_engine_are_timed_apart(tmp_path):
+    # batch=small, as the grid sweep's `single` job: one single-device reference loss for both
     steps = ["workload.num_warmup_steps=1", "workload.num_steps=1", "world_size=1"]
-    small = ["batch.micro_batch_size=1", "batch.grad_accum_steps=1", "batch.seq_len=32"]
     options = ["workload.compile=true", "activation_checkpointing=full"]
-    _, data = run(tmp_path, "compiled", "strategy=single", *options, *steps, *small)
+    _, data = run(tmp_path, "compiled", "strategy=single", *options, *steps)
     assert data.tags["compile"] == "true" and data.params["workload.compile"] == "True"
     log = (tmp_path / "compiled" / "workers.stdout.log").read_text()
     assert "activation checkpointing (full) on 4 of 4; torch.compile on 4 of 4" in log

@@ -2,7 +2,8 @@
 reference (the ranks compare and fail the job otherwise; the error is reported and checked
 here), and the single-device mode reports what fits without allocating it. The jobs run under
 the device audit (tests/distributed/test_device_audit.py): a tensor made without naming its
-device fails them.
+device fails them. The rows sharding's job is the one tests/e2e/test_raw_workloads.py runs
+through run.py (assert_sharded_gemm checks it there).
 
     pytest tests/distributed/test_gemm.py -m distributed
 """
@@ -43,9 +44,9 @@ def run(tmp_path, overrides):
     return outcome["metrics"], json.loads((tmp_path / "result.json").read_text())
 
 
-@pytest.mark.parametrize(("sharding", "world_size"), [("rows", 2), ("cols", 2), ("k", 2)])
-def test_sharded_gemm_equals_the_reference(tmp_path, sharding, world_size):
-    metrics, result = run(tmp_path, [f"gemm.sharding={sharding}", f"world_size={world_size}"])
+def assert_sharded_gemm(metrics: dict, result: dict, sharding: str, world_size: int) -> None:
+    """What a sharded job of FAST's shape reports: its check against the float64 reference,
+    its FLOP/s, its communication and its memory per rank."""
     # float32 against float64: a real comparison is never exactly 0, and stays at round-off
     assert 0 < metrics["max_rel_err"] < 1e-5
     assert result["check_shape"][gm.sharded_dim(sharding)] % world_size == 0
@@ -59,6 +60,13 @@ def test_sharded_gemm_equals_the_reference(tmp_path, sharding, world_size):
     assert len(result["gemm_times_s"]) == 3 and len(result["ranks"]) == world_size
     want = gm.mem_per_rank_bytes(384, 256, 128, world_size, sharding, "fp32") / 2**30
     assert metrics["mem_per_rank_gib_sharded"] == pytest.approx(want)
+
+
+# rows on 2 ranks: tests/e2e/test_raw_workloads.py's gemm run through run.py, the same job
+@pytest.mark.parametrize(("sharding", "world_size"), [("cols", 2), ("k", 2)])
+def test_sharded_gemm_equals_the_reference(tmp_path, sharding, world_size):
+    metrics, result = run(tmp_path, [f"gemm.sharding={sharding}", f"world_size={world_size}"])
+    assert_sharded_gemm(metrics, result, sharding, world_size)
 
 
 def test_single_device_mode_reports_what_does_not_fit(tmp_path):

@@ -6,15 +6,23 @@ client) and is shared through the session fixtures of tests/conftest.py:
   metrics every second, the peak FLOP/s measured on this machine into the sweep's cache). The
   README, live-run, step-line, report, calibration, browser, compare and resume tests read it,
   and the strategy tests its dp, tp and zero3 jobs.
-- `grid_sweep`: every other training strategy at world_size=2 (10 jobs: `single` runs on one
+- `grid_sweep`: the other training strategies at world_size=2 (8 jobs: `single` runs on one
   rank as the baseline row; the torch engine's ddp, fsdp, torch_tp, torch_pp; DeepSpeed's
-  zero1, zero2, both offloads and pp). With the README sweep's rows, each strategy runs once,
-  and the engine, strategy and equivalence tests read them.
+  both offloads and pp). With the README sweep's rows, each strategy runs once, and the
+  engine, strategy and equivalence tests read them; zero1 and zero2 run in sweeps that other
+  tests pay for anyway (tests/e2e/test_hydra_conventions_sweeper.py's trained job is zero1,
+  tests/e2e/test_optuna_search.py's trials zero2), where their equivalence is checked.
 - `inference_sweep`: workload=inference on dp and tp, 2 ranks (the inference tests of both
   layers, and the rerun tests' earlier attempt).
 
 A test that writes to a store (resume, compare, another sweep) works on `copy_store()`, so what
-the others read does not depend on the order tests run in.
+the others read does not depend on the order tests run in. The three sweeps share one probes'
+cache (DISTBENCH_CACHE_DIR: the README sweep's measured peak, and the single-device reference
+losses of the equivalence check, ~10 s per model shape: computed once for all three), and it
+exchanges its reference losses with the cache the session's other jobs read, both ways (a
+shape any job of the session ran is not computed again). The grid and inference sweeps log
+into a copy of an empty store (tests/conftest.py's `store_template`); the README sweep's run.py
+creates its store, as a user's first sweep does.
 
     def test_something(readme_sweep):
         outcome = readme_sweep.outcome("zero3", 4)        # the job's outcome.json
@@ -28,6 +36,7 @@ the code they run):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -55,8 +64,6 @@ GRID_STRATEGIES = [
     "fsdp",
     "torch_tp",
     "torch_pp",
-    "zero1",
-    "zero2",
     "zero2_offload",
     "zero3_offload",
     "pp",
@@ -84,6 +91,7 @@ class Sweep:
     root: Path
     args: tuple[str, ...]
     stdout: str
+    cache_dir: Path  # the probes' cache it ran with, shared by the session's sweeps
 
     @property
     def tracking_uri(self) -> str:
@@ -92,10 +100,6 @@ class Sweep:
     @property
     def sweep_dir(self) -> Path:
         return self.root / "sweep"
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.root / "cache"
 
     def env(self, uri: str | None = None) -> dict[str, str]:
         """The environment the sweep ran with (its store and its measured-peak cache)."""
@@ -172,19 +176,50 @@ class Sweep:
         return f"sqlite:///{dest}/mlflow.db"
 
 
-def run_sweep(root: Path, args: list[str], env: dict[str, str] | None = None) -> Sweep:
-    """`python run.py -m <args>` into root's store; fails the fixture unless run.py exits 0."""
-    sweep = Sweep(root=root, args=tuple(args), stdout="")
+def run_sweep(
+    root: Path, args: list[str], cache_dir: Path, store_template: Path | None = None
+) -> Sweep:
+    """`python run.py -m <args>` into root's store with the probes' cache `cache_dir`; fails the
+    fixture unless run.py exits 0. With `store_template` (an empty store), the store is a copy
+    of it; without, run.py creates it, as a user's first sweep does."""
+    sweep = Sweep(root=root, args=tuple(args), stdout="", cache_dir=cache_dir)
+    if store_template is not None:
+        shutil.copy(store_template, root / "mlflow.db")
+    share_reference_losses(cache_dir)  # what the session's earlier jobs computed
     proc = subprocess.run(
         [sys.executable, str(PROJECT_DIR / "run.py"), "-m", *args, f"hydra.sweep.dir={root}/sweep"],
         cwd=root,
-        env={**sweep.env(), **(env or {})},
+        env=sweep.env(),
         capture_output=True,
         text=True,
         timeout=2400,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return Sweep(root=root, args=tuple(args), stdout=proc.stdout)
+    share_reference_losses(cache_dir)
+    return dataclasses.replace(sweep, stdout=proc.stdout)
+
+
+def share_reference_losses(cache_dir: Path) -> None:
+    """The single-device reference losses of the equivalence check, shared both ways between
+    the sweeps' cache `cache_dir` and the probes' cache of this process's environment (the one
+    the session's other jobs read): a job of a model shape that an earlier job ran reads its
+    reference instead of computing it again (one forward pass of the unsplit model in a
+    subprocess, ~10 s here). The losses are the same wherever they were computed: one per
+    model, batch, dtype, seed and device type."""
+    from distbench.probes import cache
+    from distbench.workloads.train.equivalence import CACHE_FILE
+
+    if cache.cache_dir().resolve() == cache_dir.resolve():
+        return
+    path = cache_dir / CACHE_FILE
+    sweeps = json.loads(path.read_text()) if path.exists() else {}
+    session = cache.read_cache(CACHE_FILE)
+    for key, loss in sweeps.items():
+        if key not in session:
+            cache.store(CACHE_FILE, key, loss)
+    if set(session) - set(sweeps):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dict(sorted({**session, **sweeps}.items())), indent=2))
 
 
 _SESSION: dict[str, Sweep] = {}
@@ -192,25 +227,32 @@ SWEEPS = {"readme": README_ARGS, "grid": GRID_ARGS, "inference": INFERENCE_ARGS}
 KEEP_ENV = "DISTBENCH_TEST_SWEEPS_DIR"
 
 
-def shared_sweep(name: str, tmp_path_factory: pytest.TempPathFactory) -> Sweep:
-    """The session's sweep `name` (a key of SWEEPS), run on first use."""
+def shared_sweep(
+    name: str, tmp_path_factory: pytest.TempPathFactory, store_template: Path | None = None
+) -> Sweep:
+    """The session's sweep `name` (a key of SWEEPS), run on first use (into a copy of
+    `store_template` when given)."""
     if name not in _SESSION:
         kept = os.environ.get(KEEP_ENV)
         if kept:
-            _SESSION[name] = kept_sweep(Path(kept) / name, SWEEPS[name])
+            _SESSION[name] = kept_sweep(Path(kept) / name, SWEEPS[name], Path(kept) / "cache")
         else:
-            _SESSION[name] = run_sweep(tmp_path_factory.mktemp(f"{name}_sweep"), SWEEPS[name])
+            cache_dir = tmp_path_factory.getbasetemp() / "shared_sweeps_cache"
+            root = tmp_path_factory.mktemp(f"{name}_sweep")
+            _SESSION[name] = run_sweep(root, SWEEPS[name], cache_dir, store_template)
     return _SESSION[name]
 
 
-def kept_sweep(root: Path, args: list[str]) -> Sweep:
+def kept_sweep(root: Path, args: list[str], cache_dir: Path) -> Sweep:
     """The sweep kept in root by an earlier session with the same args, or a new one there."""
     marker = root / "shared_sweep.json"
     if marker.exists() and json.loads(marker.read_text())["args"] == args:
-        return Sweep(root=root, args=tuple(args), stdout=json.loads(marker.read_text())["stdout"])
+        stdout = json.loads(marker.read_text())["stdout"]
+        share_reference_losses(cache_dir)
+        return Sweep(root=root, args=tuple(args), stdout=stdout, cache_dir=cache_dir)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    sweep = run_sweep(root, args)
+    sweep = run_sweep(root, args, cache_dir)
     marker.write_text(json.dumps({"args": args, "stdout": sweep.stdout}))
     return sweep
 

@@ -54,7 +54,7 @@ def test_calibrating_this_cpu_times_a_gemm_on_one_thread_and_caches_it(tmp_path)
 def test_the_sweep_ran_with_the_measured_peak_of_this_machine(sweep):
     from mlflow.tracking import MlflowClient
 
-    cache = json.loads((sweep.root / "cache" / "peak_tflops.json").read_text())
+    cache = json.loads((sweep.cache_dir / "peak_tflops.json").read_text())
     key = calibrate.cache_key(device_name("cpu"), "fp32", 1)
     client = MlflowClient(sweep.tracking_uri)
     for run_id in sweep.child_run_ids:

@@ -14,6 +14,7 @@ relies on the noise rule not to flag run-to-run jitter.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -76,8 +77,9 @@ def log_sweep(client, experiment_id, name, start_ms, scale=None) -> str:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Store:
+def store(tmp_path_factory, store_template) -> Store:
     root = tmp_path_factory.mktemp("compare")
+    shutil.copy(store_template, root / "mlflow.db")  # a copy of the empty store: no migrations
     uri = f"sqlite:///{root}/mlflow.db"
     experiment_id = ensure_experiment(uri, "distbench")
     client = MlflowClient(uri)
@@ -109,6 +111,24 @@ def distbench(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Complete
         text=True,
         timeout=300,
     )
+
+
+def compare_here(store: Store, capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
+    """`distbench compare <args>` through the CLI's main() in this process, on the store: its
+    exit code, stdout and stderr. For the refusals, which read only their arguments and the
+    store: a process each would cost its imports (mlflow, ~4 s a call here); the exit codes of
+    a real `distbench compare` process are the other tests'."""
+    from distbench.cli import main
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.uri)
+    monkeypatch.chdir(store.root)
+    capsys.readouterr()
+    try:
+        code = main(["compare", *args])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def test_an_injected_regression_is_flagged_and_logged(store):
@@ -184,26 +204,25 @@ def test_a_looser_threshold_lets_the_regression_pass(store):
         (["--baseline", "BASE", "--experiment", "nope"], "no experiment 'nope' in"),
     ],
 )
-def test_bad_input_exits_2_in_one_line(store, args, message):
+def test_bad_input_exits_2_in_one_line(store, args, message, capsys, monkeypatch):
     args = [store.baseline if a == "BASE" else a for a in args]
-    proc = distbench(store.env(), store.root, "compare", *args, "--no-log")
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+    code, out, err = compare_here(store, capsys, monkeypatch, *args, "--no-log")
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert message.format(zeros="0" * 32, uri=store.uri) in lines[0]
 
 
-def test_a_child_run_is_not_a_sweep(store):
+def test_a_child_run_is_not_a_sweep(store, capsys, monkeypatch):
     client = MlflowClient(store.uri)
     child = client.search_runs(
         [client.get_run(store.baseline).info.experiment_id],
         f"tags.`mlflow.parentRunId` = '{store.baseline}'",
     )[0]
-    proc = distbench(
-        store.env(), store.root, "compare", "--baseline", child.info.run_id, "--no-log"
-    )
-    assert proc.returncode == 2
-    assert "not a sweep's parent run" in proc.stderr
+    args = ("--baseline", child.info.run_id, "--no-log")
+    code, _, err = compare_here(store, capsys, monkeypatch, *args)
+    assert code == 2
+    assert "not a sweep's parent run" in err
 
 
 def test_a_real_rerun_of_one_config_is_paired_and_not_flagged(readme_sweep, tmp_path):

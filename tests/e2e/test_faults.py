@@ -17,6 +17,7 @@ from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_kill_stall_and_memory_cap_are_recorded_and_the_sweep_goes_on(tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = run_py(
@@ -27,7 +28,7 @@ def test_kill_stall_and_memory_cap_are_recorded_and_the_sweep_goes_on(tmp_path):
             "fault.at_step=1",
             "fault.alloc_gib=3",
             "limits.max_mem_gib=2.5",
-            "limits.stall_timeout_s=30",
+            "limits.stall_timeout_s=15",
             *FEW_STEPS,
             f"hydra.sweep.dir={sweep_dir}",
         ],
@@ -42,8 +43,8 @@ def test_kill_stall_and_memory_cap_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert (kill["failure_kind"], kill["failure_reason"]) == ("crash", "rank 1 killed by SIGKILL")
     assert stall["failure_kind"] == "timeout"
     assert stall["failure_reason"].startswith("rank 1 stuck outside any collective, rank 0")
-    assert "limits.stall_timeout_s=30" in stall["failure_reason"]
-    assert stall["wall_time_s"] < 30 + 120  # the stall limit plus start-up, not the 30 min cap
+    assert "limits.stall_timeout_s=15" in stall["failure_reason"]
+    assert stall["wall_time_s"] < 15 + 120  # the stall limit plus start-up, not the 30 min cap
     assert alloc["failure_kind"] == "oom"
     assert alloc["failure_reason"].startswith("rank 1 resident memory")
     assert "limits.max_mem_gib=2.5" in alloc["failure_reason"]

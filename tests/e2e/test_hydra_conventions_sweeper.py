@@ -1,7 +1,9 @@
 """A Hydra sweeper plugin gets main()'s objective: a minimal sweeper (BasicSweeper that writes
 each job's return value to a file, put on the plugin path in tmp_path, as Optuna's would be
 installed) drives a real 2-job sweep through run.py: one job that trains (its throughput comes
-back, the number MLflow has) and one refused job (the worst value, 0.0). ~40 s on 2 CPU cores.
+back, the number MLflow has) and one refused job (the worst value, 0.0). ~20 s on 2 CPU cores.
+The job that trains is the suite's run of strategy=zero1 (DeepSpeed's ZeRO stage 1): its
+first-step loss is the single device's (equivalent=true).
 
     pytest tests/e2e/test_hydra_conventions_sweeper.py
 """
@@ -54,6 +56,7 @@ class RecordingSweeper(BasicSweeper):
 '''
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_a_sweeper_plugin_receives_the_objective_of_each_job(tmp_path):
     plugin = tmp_path / "plugins" / "hydra_plugins" / "recording_sweeper"
     plugin.mkdir(parents=True)
@@ -65,7 +68,8 @@ def test_a_sweeper_plugin_receives_the_objective_of_each_job(tmp_path):
             "-m",
             "hydra/sweeper=recording",
             f"hydra.sweeper.out={out}",
-            "zero_stage=0,5",  # 5: refused, a FAILED run (invalid_config)
+            "zero_stage=1,5",  # 5: refused, a FAILED run (invalid_config)
+            "strategy=zero1",
             *FEW_STEPS,
             f"hydra.sweep.dir={tmp_path}/sweep",
         ],
@@ -75,10 +79,13 @@ def test_a_sweeper_plugin_receives_the_objective_of_each_job(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     returned = {overrides[0]: value for overrides, value in json.loads(out.read_text())}
-    assert set(returned) == {"zero_stage=0", "zero_stage=5"}
+    assert set(returned) == {"zero_stage=1", "zero_stage=5"}
     runs = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
     finished = runs[runs["status"] == "FINISHED"].iloc[0]
-    assert returned["zero_stage=0"] == pytest.approx(finished["metrics.throughput_tokens_per_s"])
-    assert returned["zero_stage=0"] > 0
+    assert returned["zero_stage=1"] == pytest.approx(finished["metrics.throughput_tokens_per_s"])
+    assert returned["zero_stage=1"] > 0
+    # ZeRO-1 computes the single-device model's first-step loss
+    assert (finished["tags.strategy"], finished["tags.zero_stage"]) == ("zero1", "1")
+    assert finished["tags.equivalent"] == "true", finished["metrics.loss_rel_err_vs_single"]
     assert returned["zero_stage=5"] == 0.0  # refused: the worst throughput
     assert set(runs["tags.failure_kind"].dropna()) == {"invalid_config"}

@@ -51,10 +51,11 @@ LOST = "orchestrator_lost"
 
 
 @pytest.fixture(scope="module")
-def empty_store(tmp_path_factory):
+def empty_store(tmp_path_factory, store_template):
     """An empty store holding the experiment, made once: each test works on a copy of it
     (MLflow's migrations of a new sqlite store cost seconds)."""
     root = tmp_path_factory.mktemp("empty_store")
+    shutil.copy(store_template, root / "mlflow.db")  # the session's: migrated once
     ensure_experiment(f"sqlite:///{root}/mlflow.db", "distbench")
     return root / "mlflow.db"
 

@@ -128,6 +128,7 @@ def kill_and_wait_for_the_ranks(sweep: subprocess.Popen, sweep_dir: Path, job_di
     assert not list(Path("/dev/shm").glob(shm_files)), "the killed ranks' shm files stayed"
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_a_sigkilled_sweep_leaves_no_rank_and_sync_ends_its_live_run_and_closes_the_parent(
     tmp_path,
 ):

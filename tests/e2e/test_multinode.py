@@ -28,6 +28,7 @@ def agents_alive() -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_two_local_nodes_run_one_job_on_both_engines(tmp_path):
     proc = run_py(
         [
@@ -52,6 +53,7 @@ def test_two_local_nodes_run_one_job_on_both_engines(tmp_path):
     assert (children["metrics.throughput_tokens_per_s"] > 0).all()
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_a_rank_killed_on_the_second_node_fails_the_job_and_stops_every_agent(tmp_path):
     proc = run_py(
         [

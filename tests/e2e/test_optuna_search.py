@@ -2,7 +2,8 @@
 (tiny model, ZeRO-2 on 2 gloo ranks, 1 warm-up + 2 timed steps) into a temporary sqlite store.
 Each trial is a child run of the sweep's parent with the values Optuna picked, named by its
 trial number and those values; progress counts the trials (`job 1/2`); and Optuna was told each
-job's objective: its best value is a logged throughput.
+job's objective: its best value is a logged throughput. The trials are the suite's runs of
+strategy=zero2 (DeepSpeed's ZeRO stage 2): each one's first-step loss is the single device's.
 
     pytest tests/e2e/test_optuna_search.py -m e2e        # ~1 min on 2 cores
 """
@@ -28,6 +29,7 @@ SEARCHED = (
 )
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_optuna_search_runs_trials_as_child_runs_and_optuna_gets_the_objective(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     sweep_dir = tmp_path / "sweep"
@@ -61,6 +63,9 @@ def test_optuna_search_runs_trials_as_child_runs_and_optuna_gets_the_objective(t
         r.data.tags.get("failure_reason") for r in trials
     ]
     assert {r.data.tags["strategy"] for r in trials} == {"zero2"}
+    assert {r.data.tags["zero_stage"] for r in trials} == {"2"}
+    for run in trials:  # ZeRO-2 computes the single-device model's first-step loss
+        assert run.data.tags["equivalent"] == "true", run.data.metrics["loss_rel_err_vs_single"]
     names = sorted(r.info.run_name for r in trials)
     assert [n.split(" ")[0] for n in names] == ["zero2-ws2-trial0", "zero2-ws2-trial1"], names
     for run in trials:  # each name carries the values the trial ran with

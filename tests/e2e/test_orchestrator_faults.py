@@ -25,6 +25,7 @@ from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_exceptions_in_the_orchestrator_become_failed_runs_and_the_sweep_finishes(tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = run_py(
@@ -51,6 +52,7 @@ def test_exceptions_in_the_orchestrator_become_failed_runs_and_the_sweep_finishe
     assert "Missing mandatory value" in reasons and "DISTBENCH_NO_SUCH_VARIABLE" in reasons
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_sigterm_records_the_running_job_as_cancelled_and_closes_the_parent(tmp_path):
     sweep_dir = tmp_path / "sweep"
     env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
@@ -117,6 +119,7 @@ def test_a_resumed_sweep_reports_the_whole_grid_with_the_earlier_figures(readme_
     assert latest.parent_run_id != readme_sweep.parent_run_id
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_a_job_dir_that_cannot_be_written_still_lands_its_failed_run(tmp_path, monkeypatch):
     # Root ignores a read-only mode, so the job dir is made unwritable the way a vanished or
     # replaced mount is: its path runs through a regular file.

@@ -58,6 +58,7 @@ def compare_toy(tmp_path, baseline: str, candidate: str) -> subprocess.Completed
     )
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_a_workload_defined_outside_the_package_runs_and_is_tracked(tmp_path):
     proc = run_toy(
         ["-m", "workload=toy", "world_size=2", "workload.scale=3", f"hydra.sweep.dir={tmp_path}/s"],

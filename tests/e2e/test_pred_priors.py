@@ -1,6 +1,7 @@
-"""Prediction error bars through real runs: the shared grid sweep's `single` job is the first
-run of its key (in a copy of its store), a run.py job of the same key with another signature
-logs that run's error as its prior, and `distbench plan` shows the error bar of both.
+"""Prediction error bars through real runs: the shared README sweep runs dp on 2 ranks, then dp
+on 4 (the same key: model, strategy, zero stage, hardware, precision; another signature), so its
+second run logs the first one's prediction errors as its prior; `distbench plan` shows the error
+bar of both. No run of its own.
 
 pytest tests/e2e/test_pred_priors.py -m e2e
 """
@@ -15,24 +16,19 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
+from tests.e2e.test_sweep import runs_in
 
 pytestmark = pytest.mark.e2e
 
-JOB = ["strategy=single", "world_size=1", "hardware=cpu", *FEW_STEPS]
 
-
-def test_each_run_logs_the_prior_error_and_the_plan_shows_the_bar(grid_sweep, tmp_path):
-    grid_sweep.copy_store(tmp_path)  # run_py's store: the grid's runs, `single` among them
-    # another signature of the same (model, strategy, hardware, precision): 3 timed steps
-    proc = run_py([*JOB, "workload.num_steps=3"], tmp_path, timeout_s=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = runs_of(tmp_path).set_index("run_id")
-    first = runs.loc[grid_sweep.outcome("single", 1)["run_id"]]
-    grid = {grid_sweep.parent_run_id, *grid_sweep.child_run_ids}
-    (second,) = [row for run_id, row in runs.iterrows() if run_id not in grid]
+def test_each_run_logs_the_prior_error_and_the_plan_shows_the_bar(readme_sweep, tmp_path):
+    runs = runs_in(readme_sweep.tracking_uri).set_index("run_id")
+    first = runs.loc[readme_sweep.outcome("dp", 2)["run_id"]]
+    second = runs.loc[readme_sweep.outcome("dp", 4)["run_id"]]
+    assert first["start_time"] < second["start_time"]  # the sweep ran ws 2 first
     assert first["tags.hardware"] == second["tags.hardware"] == "cpu"
-    assert pd.isna(first["metrics.time_pred_rel_err_prior"])  # no run before the first
+    assert first["tags.distbench.signature"] != second["tags.distbench.signature"]
+    assert pd.isna(first["metrics.time_pred_rel_err_prior"])  # no run of its key before it
     assert second["metrics.time_pred_rel_err_prior"] == pytest.approx(
         first["metrics.time_pred_rel_err"]
     )
@@ -44,15 +40,17 @@ def test_each_run_logs_the_prior_error_and_the_plan_shows_the_bar(grid_sweep, tm
     assert second["metrics.pred_step_time_s_calibrated"] == pytest.approx(calibrated)
     assert not pd.isna(second["metrics.time_pred_calibrated_rel_err"])
 
+    uri = readme_sweep.copy_store(tmp_path)  # plan only reads; a copy all the same
+    job = ["strategy=dp", "world_size=2", "hardware=cpu", "model=tiny"]
     plan = subprocess.run(
-        [sys.executable, "-m", "distbench.cli", "plan", *JOB[:3], "model=tiny", "--json"],
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
+        [sys.executable, "-m", "distbench.cli", "plan", *job, "--json"],
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri},
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert plan.returncode == 0, plan.stderr[-3000:]
-    (single, final) = json.loads(plan.stdout)
-    assert single["pred_error"]["time"]["num_runs"] == 2
+    (dp, final) = json.loads(plan.stdout)
+    assert dp["pred_error"]["time"]["num_runs"] == 2
     assert "2 finished runs" in final["history"]

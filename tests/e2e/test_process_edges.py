@@ -92,6 +92,7 @@ def alive_after(processes: list[psutil.Process], timeout_s: float) -> list[psuti
         time.sleep(0.2)
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_a_sigkilled_ui_takes_its_mlflow_server_with_it(tmp_path):
     """Killed once mlflow ui has forked its uvicorn worker (the process that serves the port
     and that no parent-death signal of ours reaches): before the fix both ran on, orphaned."""

@@ -3,6 +3,8 @@ client: series stepped by message size, the CSV table and the PNG plot as artifa
 collectives run on 4 ranks, every collective native: each call checked (zero error) and
 busbw / algbw nccl-tests' bus factor for 4 ranks (2 ranks: tests/distributed/test_collectives.py);
 what a user reads of it: nccl-tests' table printed at the end, its average bus bandwidth logged.
+The gemm runs its rows sharding on 2 ranks under the device audit, checked against the float64
+reference as tests/distributed/test_gemm.py checks the other shardings.
 
 pytest tests/e2e/test_raw_workloads.py -m e2e
 """
@@ -10,6 +12,8 @@ pytest tests/e2e/test_raw_workloads.py -m e2e
 from __future__ import annotations
 
 import csv
+import json
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +21,10 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from distbench.ranks.worker import DEVICE_AUDIT_ENV
 from tests.distributed.test_collectives import BUS_FACTOR, OPS
+from tests.distributed.test_gemm import FAST as GEMM_FAST
+from tests.distributed.test_gemm import assert_sharded_gemm
 from tests.e2e.test_sweep import run_py, runs_of
 
 pytestmark = pytest.mark.e2e
@@ -38,9 +45,10 @@ class Collectives:
 
 
 @pytest.fixture(scope="module")
-def collectives(tmp_path_factory) -> Collectives:
+def collectives(tmp_path_factory, store_template) -> Collectives:
     """One collectives sweep on 4 ranks (all six collectives, 3 sizes), run once."""
     root = tmp_path_factory.mktemp("collectives")
+    shutil.copy(store_template, root / "mlflow.db")  # a copy of the empty store: no migrations
     proc = run_py(
         [
             "-m",
@@ -114,12 +122,20 @@ def test_collectives_print_nccl_tests_table_and_log_the_average_busbw(collective
     assert metrics["busbw_gbps_avg"] == pytest.approx(sum(every) / len(every), rel=1e-9)
 
 
-def test_gemm_run_lands_its_metrics(tmp_path):
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
+def test_gemm_run_lands_its_metrics_and_equals_the_reference(tmp_path):
+    """The rows sharding on 2 ranks of tests/distributed/test_gemm.py (its shape, steps and
+    device audit), through run.py: the metrics land in MLflow, the job checks as there."""
+    gemm = [o for o in GEMM_FAST if o != "tracking=none"]
     proc = run_py(
-        ["workload=gemm", "world_size=2", "gemm.m=256", "gemm.k=256", "gemm.n=256", *FEW],
+        [*gemm, "gemm.sharding=rows", "world_size=2", f"hydra.run.dir={tmp_path}/job"],
         tmp_path,
+        env={DEVICE_AUDIT_ENV: "1"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    outcome = json.loads((tmp_path / "job" / "outcome.json").read_text())
+    result = json.loads((tmp_path / "job" / "result.json").read_text())
+    assert_sharded_gemm(outcome["metrics"], result, "rows", 2)
     (run,) = [r for _, r in runs_of(tmp_path).iterrows()]
     assert run["status"] == "FINISHED" and run["tags.workload"] == "gemm"
     for metric in (
@@ -135,4 +151,4 @@ def test_gemm_run_lands_its_metrics(tmp_path):
     ):
         assert run[f"metrics.{metric}"] > 0, metric
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    assert len(client.get_metric_history(run.run_id, "gemm_time_s")) == 2
+    assert len(client.get_metric_history(run.run_id, "gemm_time_s")) == 3  # the timed steps

@@ -2,7 +2,7 @@
 into a real sqlite store: a store holding repeats 1 and 2 of a config FINISHED and its repeat 3
 ended orchestrator_lost (what a sweep SIGKILLed during repeat 3 leaves once closed) gets exactly
 one new run, repeat 3, named, tagged and placed as in a fresh sweep, whose spread counts all
-three; resumed again, the job is skipped whole. One real job (one rank, one 32-token step).
+three; resumed again, the job is skipped whole. One real job (one rank, one step).
 
     pytest tests/e2e/test_resume_repeats.py
 """

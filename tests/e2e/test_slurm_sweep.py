@@ -36,6 +36,7 @@ def wait_until_ranks_run(tmp_path, timeout_s: float = 300) -> None:
     raise AssertionError("the long job never started its timed steps")
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_a_sweep_runs_through_sbatch_and_srun_and_a_cancelled_job_is_a_failed_run(
     slurm_cluster,  # noqa: F811
     tmp_path,

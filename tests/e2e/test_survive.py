@@ -1,7 +1,8 @@
-"""Resume, spool + sync against a tracking server that is down and then up, and two sweeps at
-once against one fresh sqlite store: everything measured lands, exactly once. The resumed sweep
-first shows an impossible job inside a sweep: a FAILED run (invalid_config) with its reason, and
-the sweep goes on to a real job.
+"""Spool + sync against a tracking server that is down and then up, then resume against it, and
+two sweeps at once against one fresh sqlite store: everything measured lands, exactly once. The
+spooled sweep first shows an impossible job inside a sweep: a FAILED run (invalid_config) with
+its reason, and the sweep goes on to a real job; the resumed sweeps skip what the synced one
+finished and rerun its failed job only when asked.
 
     pytest tests/e2e/test_survive.py
 """
@@ -23,7 +24,7 @@ from mlflow.tracking import MlflowClient
 from distbench.launch.workers import free_port
 from tests.conftest import PROJECT_DIR
 from tests.e2e.test_live_runs import assert_real_times
-from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of, sync_py
+from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_in, runs_of, sync_py
 
 pytestmark = pytest.mark.e2e
 
@@ -32,42 +33,6 @@ ONE_INVALID_ONE_GOOD = ["-m", "strategy=tp", "strategy.tp=3,2", "world_size=2", 
 
 def outcome(sweep_dir, job):
     return json.loads((sweep_dir / str(job) / "outcome.json").read_text())
-
-
-def test_resume_skips_what_finished_and_reruns_failed_only_when_asked(tmp_path):
-    sweep = ["hydra.sweep.dir=" + str(tmp_path / "s1")]
-    first = run_py([*ONE_INVALID_ONE_GOOD, *sweep], tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
-    children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
-    assert sorted(children["status"]) == ["FAILED", "FINISHED"]  # tp(3) refused, tp(2) ran
-    failed = children[children["status"] == "FAILED"].iloc[0]
-    assert failed["tags.failure_kind"] == "invalid_config"
-    assert "dp(" in failed["tags.failure_reason"] or "tp(3)" in failed["tags.failure_reason"]
-    assert failed["params.strategy.tp"] == "3"
-    again = run_py(
-        [*ONE_INVALID_ONE_GOOD, "hydra.sweep.dir=" + str(tmp_path / "s2"), "resume=true"], tmp_path
-    )
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert [outcome(tmp_path / "s2", j)["status"] for j in (0, 1)] == ["SKIPPED", "SKIPPED"]
-    assert "retry_failed=true reruns it" in outcome(tmp_path / "s2", 0)["skipped_reason"]
-    assert "already FINISHED" in outcome(tmp_path / "s2", 1)["skipped_reason"]
-    assert "SKIPPED" in again.stdout
-    retry = run_py(
-        [
-            *ONE_INVALID_ONE_GOOD,
-            "hydra.sweep.dir=" + str(tmp_path / "s3"),
-            "resume=true",
-            "retry_failed=true",
-        ],
-        tmp_path,
-    )
-    assert retry.returncode == 0
-    assert [outcome(tmp_path / "s3", j)["status"] for j in (0, 1)] == ["FAILED", "SKIPPED"]
-    children = runs_of(tmp_path).dropna(subset=["tags.mlflow.parentRunId"])
-    assert len(children) == 3  # 2 from the first sweep, the retried invalid job; nothing else
-    parents = runs_of(tmp_path)
-    parents = parents[parents["tags.mlflow.parentRunId"].isna()]
-    assert sorted(parents["tags.num_skipped"]) == ["0", "1", "2"]
 
 
 def start_server(tmp_path, port):
@@ -107,11 +72,9 @@ def wait_up(url, timeout_s=180):
     raise AssertionError(f"{url} did not come up in {timeout_s} s")
 
 
-def test_a_down_server_spools_runs_and_sync_uploads_them_once_with_the_jobs_times(tmp_path):
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    sweep_dir = tmp_path / "sweep"
-    env = dict(os.environ, MLFLOW_TRACKING_URI=uri)
+def spooled_sweep(sweep_dir, tmp_path, uri) -> None:
+    """ONE_INVALID_ONE_GOOD while the server at `uri` is down: the refused job is a FAILED
+    outcome (invalid_config) and the sweep goes on to the real one; both kept on disk."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -120,7 +83,7 @@ def test_a_down_server_spools_runs_and_sync_uploads_them_once_with_the_jobs_time
             f"hydra.sweep.dir={sweep_dir}",
         ],
         cwd=tmp_path,
-        env=env,
+        env=dict(os.environ, MLFLOW_TRACKING_URI=uri),
         capture_output=True,
         text=True,
         timeout=900,
@@ -129,29 +92,77 @@ def test_a_down_server_spools_runs_and_sync_uploads_them_once_with_the_jobs_time
     assert "no live MLflow run" in proc.stdout and "distbench sync" in proc.stdout
     assert not (sweep_dir / "1" / "mlflow_live_run.json").exists()
     assert all("tracking_error" in outcome(sweep_dir, j) for j in (0, 1))
-    assert outcome(sweep_dir, 1)["metrics"]["step_time_s_p50"] > 0  # measured, kept on disk
+    refused, ran = outcome(sweep_dir, 0), outcome(sweep_dir, 1)
+    assert (refused["status"], refused["failure_kind"]) == ("FAILED", "invalid_config")
+    assert "dp(" in refused["failure_reason"] or "tp(3)" in refused["failure_reason"]
+    assert ran["status"] == "FINISHED" and ran["metrics"]["step_time_s_p50"] > 0  # kept on disk
 
+
+def synced_once(sweep_dir, uri) -> None:
+    """`distbench sync` uploads the spooled sweep once, the job's own times and artifacts."""
+    env = dict(os.environ, MLFLOW_TRACKING_URI=uri)
+    sync = [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)]
+    first = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "2 uploaded, 0 already in the store" in first.stdout
+    second = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=300)
+    assert "0 uploaded, 2 already in the store" in second.stdout
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("distbench")
+    runs = client.search_runs([experiment.experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(runs) == 3 and len(children) == 2
+    assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED"]
+    failed = next(r for r in children if r.info.status == "FAILED")
+    assert failed.data.tags["failure_kind"] == "invalid_config"
+    assert failed.data.params["strategy.tp"] == "3"
+    finished = next(r for r in children if r.info.status == "FINISHED")
+    assert finished.data.metrics["step_time_s_p50"] > 0
+    assert finished.data.metrics["throughput_tokens_per_s"] > 0
+    assert_real_times(client, finished)  # the job's own times, not the upload's
+    assert "resolved.yaml" in {a.path for a in client.list_artifacts(finished.info.run_id)}
+    assert "tracking_error" not in outcome(sweep_dir, 1)
+
+
+def resumed_twice(tmp_path, uri) -> None:
+    """resume=true skips both jobs of the synced sweep (the failed one until asked);
+    retry_failed=true reruns the failed one only."""
+    env = {"MLFLOW_TRACKING_URI": uri}
+    again = run_py(
+        [*ONE_INVALID_ONE_GOOD, f"hydra.sweep.dir={tmp_path / 's2'}", "resume=true"],
+        tmp_path,
+        env=env,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [outcome(tmp_path / "s2", j)["status"] for j in (0, 1)] == ["SKIPPED", "SKIPPED"]
+    assert "retry_failed=true reruns it" in outcome(tmp_path / "s2", 0)["skipped_reason"]
+    assert "already FINISHED" in outcome(tmp_path / "s2", 1)["skipped_reason"]
+    assert "SKIPPED" in again.stdout
+    retry = [f"hydra.sweep.dir={tmp_path / 's3'}", "resume=true", "retry_failed=true"]
+    retry = run_py([*ONE_INVALID_ONE_GOOD, *retry], tmp_path, env=env)
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    assert [outcome(tmp_path / "s3", j)["status"] for j in (0, 1)] == ["FAILED", "SKIPPED"]
+    runs = runs_in(uri)
+    children = runs.dropna(subset=["tags.mlflow.parentRunId"])
+    assert len(children) == 3  # 2 from the first sweep, the retried invalid job; nothing else
+    parents = runs[runs["tags.mlflow.parentRunId"].isna()]
+    skipped = dict(
+        zip(parents["tags.distbench.sweep_dir"], parents["tags.num_skipped"], strict=True)
+    )
+    assert len(parents) == 3
+    assert (skipped[str(tmp_path / "s2")], skipped[str(tmp_path / "s3")]) == ("2", "1")
+
+
+def test_a_down_server_spools_runs_sync_uploads_them_once_and_resume_skips_them(tmp_path):
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    sweep_dir = tmp_path / "sweep"
+    spooled_sweep(sweep_dir, tmp_path, uri)
     server = start_server(tmp_path, port)
     try:
         wait_up(f"{uri}/health")
-        sync = [sys.executable, "-m", "distbench.cli", "sync", str(sweep_dir)]
-        first = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=300)
-        assert first.returncode == 0, first.stderr[-2000:]
-        assert "2 uploaded, 0 already in the store" in first.stdout
-        second = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=300)
-        assert "0 uploaded, 2 already in the store" in second.stdout
-        client = MlflowClient(uri)
-        experiment = client.get_experiment_by_name("distbench")
-        runs = client.search_runs([experiment.experiment_id])
-        children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-        assert len(runs) == 3 and len(children) == 2
-        assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED"]
-        finished = next(r for r in children if r.info.status == "FINISHED")
-        assert finished.data.metrics["step_time_s_p50"] > 0
-        assert finished.data.metrics["throughput_tokens_per_s"] > 0
-        assert_real_times(client, finished)  # the job's own times, not the upload's
-        assert "resolved.yaml" in {a.path for a in client.list_artifacts(finished.info.run_id)}
-        assert "tracking_error" not in outcome(sweep_dir, 1)
+        synced_once(sweep_dir, uri)
+        resumed_twice(tmp_path, uri)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
@@ -181,10 +192,11 @@ def test_two_sweeps_at_once_against_one_fresh_sqlite_store(tmp_path):
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
-ONE_JOB = ["-m", "strategy=dp", "world_size=2", "model=tiny"]
+ONE_JOB = ["-m", "strategy=ddp", "world_size=2", "model=tiny"]  # the cheaper engine to start
 ONE_JOB += ["workload.num_warmup_steps=0", "workload.num_steps=2"]
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_retry_failed_into_the_same_sweep_dir_logs_the_retry_as_a_linked_new_attempt(tmp_path):
     sweep_dir = tmp_path / "sweep"
     args = [*ONE_JOB, f"hydra.sweep.dir={sweep_dir}"]
@@ -211,6 +223,7 @@ def test_retry_failed_into_the_same_sweep_dir_logs_the_retry_as_a_linked_new_att
 REFUSED = ["-m", "strategy=tp", "world_size=3,5", *FEW_STEPS]  # refused before launch: fast
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_a_quote_in_the_sweep_dir_a_symlink_and_a_secret_override(tmp_path):
     sweep_dir = tmp_path / "it's"
     proc = run_py(

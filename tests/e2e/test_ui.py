@@ -32,6 +32,7 @@ def tree(pid: int) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
 def test_ui_prints_its_url_once_it_answers_and_stops_cleanly(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     experiment_id = ensure_experiment(uri, "distbench")
