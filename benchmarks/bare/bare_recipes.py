@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 import torch
+from bare_train_ddp import LLAMA_TINY as BARE_DDP_LLAMA_TINY  # benchmarks/bare/ is on sys.path
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     CheckpointImpl,
     checkpoint_wrapper,
@@ -34,17 +35,9 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 VARIANTS = ("none", "full", "compile")
-# The tiny Llama of conf/model/tiny.yaml: the default, for a smoke run on CPU.
-LLAMA_TINY = {
-    "vocab_size": 8192,
-    "hidden_size": 256,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "intermediate_size": 688,
-    "max_position_embeddings": 8192,
-    "tie_word_embeddings": False,
-}
+# The tiny Llama of conf/model/tiny.yaml (bare_train_ddp.py's, beside this script), long enough
+# for any --seq-len up to 8192: the default, for a smoke run on CPU.
+LLAMA_TINY = {**BARE_DDP_LLAMA_TINY, "max_position_embeddings": 8192}
 GIB = 1024**3
 
 

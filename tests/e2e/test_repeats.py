@@ -40,11 +40,10 @@ TINY_REPEATS = [
 HEADLINE = ("step_time_s_p50", "throughput_tokens_per_s", "peak_mem_gib")
 
 
-@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
-def test_two_repeats_are_two_runs_of_one_config_and_their_spread(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def run_sweep_into(tmp_path, uri: str, args: list[str]) -> subprocess.CompletedProcess:
+    """`python run.py -m <args>` from tmp_path into the store at `uri`; asserts it exits 0."""
     proc = subprocess.run(
-        [sys.executable, str(PROJECT_DIR / "run.py"), "-m", *TINY_REPEATS],
+        [sys.executable, str(PROJECT_DIR / "run.py"), "-m", *args],
         cwd=tmp_path,
         env=dict(os.environ, MLFLOW_TRACKING_URI=uri),
         capture_output=True,
@@ -53,6 +52,13 @@ def test_two_repeats_are_two_runs_of_one_config_and_their_spread(tmp_path):
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
+def test_two_repeats_are_two_runs_of_one_config_and_their_spread(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = run_sweep_into(tmp_path, uri, TINY_REPEATS)
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("distbench")
     runs = client.search_runs([experiment.experiment_id])

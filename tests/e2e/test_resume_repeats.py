@@ -10,9 +10,7 @@ three; resumed again, the job is skipped whole. One real job (one rank, one step
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -25,8 +23,8 @@ from distbench.orchestrator.repeats import spread_pct
 from distbench.orchestrator.resume import resume_job
 from distbench.tracking.mlflow_store import ensure_experiment
 from distbench.tracking.signature import RESUMED_INTO_TAG_PREFIX, SIGNATURE_TAG, run_signature
-from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
-from tests.e2e.test_repeats import TINY_REPEATS
+from tests.conftest import CONF_DIR, compose_config
+from tests.e2e.test_repeats import TINY_REPEATS, run_sweep_into
 
 pytestmark = pytest.mark.e2e
 
@@ -53,17 +51,7 @@ def seed_stopped_sweep(uri: str, signature: str) -> dict[str, str]:
 
 def resume(tmp_path, uri: str, sweep: str) -> subprocess.CompletedProcess:
     args = [*TINY, "repeats=3", "resume=true", f"hydra.sweep.dir={tmp_path / sweep}"]
-    proc = subprocess.run(
-        [sys.executable, str(PROJECT_DIR / "run.py"), "-m", *args],
-        cwd=tmp_path,
-        env=dict(os.environ, MLFLOW_TRACKING_URI=uri),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc
+    return run_sweep_into(tmp_path, uri, args)
 
 
 def test_resume_runs_only_the_missing_repeat_and_spreads_over_all_three(sqlite_store, tmp_path):
