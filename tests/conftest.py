@@ -20,6 +20,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 from distbench.compose.schema import register_configs
+from distbench.launch.build_locks import with_environment_ninja
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_DIR / "conf"
@@ -42,6 +43,8 @@ def _rank_extensions_dir() -> str:
 # One compiled-op cache for the whole session: the ranks' and any DeepSpeed code a test runs in
 # this process (torch's own default would be a second dir, and a second ~1 min build).
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", _rank_extensions_dir())
+# ...built with the ninja the ranks use (launch.build_locks.with_environment_ninja)
+os.environ["PATH"] = with_environment_ninja(os.environ)["PATH"]
 BUILD_DEEPSPEED_OPS = (
     "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
 )

@@ -18,6 +18,7 @@ from distbench.launch.workers import (
     remove_shm_leftovers,
     run_workers,
     worker_command,
+    worker_env,
 )
 from tests.conftest import processes_mentioning
 
@@ -29,6 +30,15 @@ def test_worker_command_runs_torchrun_on_the_worker_module():
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert "--nproc_per_node=4" in cmd and "--master_port=29555" in cmd
     assert cmd[-3:] == ["-m", "distbench.ranks.worker", "/tmp/job"]
+
+
+def test_the_ranks_build_ops_with_their_python_environments_ninja(monkeypatch):
+    bin_dir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    path = worker_env("cpu", 2, 2)["PATH"].split(os.pathsep)
+    assert path == [bin_dir, "/usr/bin", "/bin"]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))  # already first: not added twice
+    assert worker_env("cpu", 2, 2)["PATH"].split(os.pathsep) == path
 
 
 def test_free_ports_differ_between_jobs():

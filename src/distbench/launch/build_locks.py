@@ -38,6 +38,18 @@ def torch_extensions_dir(env: Mapping[str, str]) -> Path:
     return Path.home() / ".cache" / "distbench" / f"torch_extensions-{venv}"
 
 
+def with_environment_ninja(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with this Python environment's bin dir first on PATH, so torch builds ops with the
+    environment's own ninja (DeepSpeed's `ninja` dependency): a system ninja of another version
+    hashes the build commands differently, and a cache built by one is rebuilt (~1 min) by the
+    other, each time they alternate (an activated venv and a bare .venv/bin/python)."""
+    bin_dir = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] == bin_dir:
+        return dict(env)
+    return {**env, "PATH": os.pathsep.join(filter(None, (bin_dir, path)))}
+
+
 def build_locks(extensions_dir: Path) -> list[Path]:
     """The build locks present in `extensions_dir` (one per op being built, or left behind)."""
     return sorted(Path(extensions_dir).glob(f"*/{LOCK_NAME}"))

@@ -27,7 +27,11 @@ from pathlib import Path
 
 import psutil
 
-from distbench.launch.build_locks import clear_before_launch, torch_extensions_dir
+from distbench.launch.build_locks import (
+    clear_before_launch,
+    torch_extensions_dir,
+    with_environment_ninja,
+)
 from distbench.launch.lifeline import die_with_parent, start_shm_watcher
 from distbench.probes.threads import rank_threads
 
@@ -180,8 +184,9 @@ def worker_env(
     OMP threads split the cores between the ranks that share them (`ranks_sharing_cores`, default
     the node's ranks; oversubscription costs 3x on CPU). LOCAL_SIZE is what DeepSpeed's CPU
     shared-memory all-reduce checks before using itself (only when it equals the world size;
-    torchrun does not set it). Compiled DeepSpeed ops are cached in TORCH_EXTENSIONS_DIR."""
-    env = dict(os.environ)
+    torchrun does not set it). Compiled DeepSpeed ops are cached in TORCH_EXTENSIONS_DIR, built
+    with the environment's ninja."""
+    env = with_environment_ninja(os.environ)
     sharing = ranks_sharing_cores or nproc_per_node
     env.setdefault("OMP_NUM_THREADS", str(rank_threads(num_cores, sharing)))
     env["DS_ACCELERATOR"] = "cuda" if device == "cuda" else "cpu"

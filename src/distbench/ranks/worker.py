@@ -25,6 +25,12 @@ from distbench.launch.lifeline import die_with_agent
 if TYPE_CHECKING:  # the rank imports the job (and torch) only once it runs
     from distbench.job import Job
 
+# DeepSpeed's autotuner imports MLflow when it is installed (deepspeed/autotuning/autotuner.py,
+# `try: import mlflow`), on every `import deepspeed`: 2-2.5 s of each rank's start on a 2-core
+# machine, for a module no rank uses (the orchestrator logs to MLflow). A None in sys.modules
+# makes that import fail at once, as where MLflow is not installed.
+RANK_UNUSED_MODULES = ("mlflow",)
+
 # DISTBENCH_DEVICE_AUDIT=1: the workload runs with torch's default device set to meta, so
 # every tensor it makes must name its device (tests/distributed/test_device_audit.py).
 DEVICE_AUDIT_ENV = "DISTBENCH_DEVICE_AUDIT"
@@ -34,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     # First: a rank lives in its own session (torch's agent starts it so); if the agent dies
     # (its orchestrator SIGKILLed), the kernel kills this rank too.
     die_with_agent()
+    for name in RANK_UNUSED_MODULES:
+        sys.modules.setdefault(name, None)
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0])
     from distbench.job import Job
