@@ -26,13 +26,10 @@ run: install ## the default job: tiny model, dp, 2 ranks, into ./mlflow.db (abou
 sweep: install ## the README's sweep: dp, tp, zero3 at world sizes 2 and 4
 	$(BIN)/python run.py -m strategy=dp,tp,zero3 world_size=2,4
 
-# The unit layer runs on 2 pytest-xdist workers (its tests are independent and single-threaded);
-# the layers with real ranks run one test at a time, their ranks already using every core.
-test: install ## all tests: unit (2 workers), then distributed (real gloo ranks), e2e (real sweeps); gpu skips here
-	@status=0; \
-	$(BIN)/python -m pytest -n 2 tests/unit || status=$$?; \
-	$(BIN)/python -m pytest tests/distributed tests/e2e tests/gpu || status=$$?; \
-	exit $$status
+# Two pytest-xdist workers, two tests at once: the rank layers' tests in groups that share a
+# fixture (tests/conftest.py's xdist_group), the unit layer's one by one.
+test: install ## all tests, 2 at a time: unit, distributed (real gloo ranks), e2e (real sweeps), gpu (skips here)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
 
 gpu-check: install ## on a GPU machine: every workload and engine that fits the GPUs, one JSON + markdown summary
 	$(BIN)/python benchmarks/gpu_check.py

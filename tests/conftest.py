@@ -33,6 +33,40 @@ os.environ["DISTBENCH_TIME_SOURCE"] = "efficiency"
 register_configs()
 
 
+# The layers whose tests start real ranks (tests/<layer>/)
+RANK_LAYERS = ("distributed", "e2e", "gpu")
+SHARED_SWEEPS = ("readme_sweep", "grid_sweep", "inference_sweep")
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The pytest-xdist group a test runs in under `make test` (pytest -n 2 --dist loadgroup):
+    one worker runs a group's tests one after another. The unit layer's tests are in none (each
+    goes to whichever worker is free). The rank layers' are grouped by what they share: the
+    session's shared sweeps (built once, on one worker), the SLURM cluster (one per session),
+    the GPUs (one test at a time on them), else their module (its module-scoped fixtures, a
+    real sweep some of them, built once). Two workers on 2 cores run two tests at once: the one
+    rank-layer job's single-threaded phases (start-up, imports, logging: ~30 % of its time
+    here) leave a core to the other test."""
+    layer = item.path.parent.name
+    if layer not in RANK_LAYERS:
+        return None
+    if layer == "gpu":
+        return "gpu"
+    if any(name in item.fixturenames for name in SHARED_SWEEPS):
+        return "shared_sweeps"
+    if "slurm_cluster" in item.fixturenames:
+        return "slurm"
+    return item.module.__name__
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each test's group in its node id
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 def _rank_extensions_dir() -> str:
     """Where the ranks keep DeepSpeed's compiled ops (launch.workers.worker_env's choice)."""
     from distbench.launch.workers import worker_env

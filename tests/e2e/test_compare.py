@@ -251,12 +251,14 @@ def test_a_real_rerun_of_one_config_is_paired_and_not_flagged(readme_sweep, tmp_
     assert rerun[0].data.tags["distbench.signature"] == dp.data.tags["distbench.signature"]
 
     # One 2-step run per sweep on a shared 2-core CI machine: run-to-run throughput differs by
-    # more than 5 % (CI saw -6.1 % with a 3 % step spread). What this test checks is that two
-    # real sweeps pair up by signature and reach a verdict, so the threshold covers that machine
-    # noise; the 5 % rule itself is tested on fixed samples above. The README sweep's other
+    # more than 5 % (CI saw -6.1 % with a 3 % step spread), and `make test` runs two tests at
+    # once, so either sweep may have shared the cores with another test's ranks (up to 2x
+    # slower). What this test checks is that two real sweeps pair up by signature and reach a
+    # verdict, so the threshold covers that machine noise; the 5 % rule itself is tested on
+    # fixed samples above. The README sweep's other
     # configurations are only in the baseline: not compared, not a regression.
     proc = distbench(
-        env, tmp_path, "compare", "--baseline", parents[0].info.run_id, "--threshold-pct", "40"
+        env, tmp_path, "compare", "--baseline", parents[0].info.run_id, "--threshold-pct", "80"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "no regression in 1 configuration(s)" in proc.stdout

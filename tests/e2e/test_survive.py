@@ -106,6 +106,7 @@ def synced_once(sweep_dir, uri) -> None:
     assert first.returncode == 0, first.stderr[-2000:]
     assert "2 uploaded, 0 already in the store" in first.stdout
     second = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
     assert "0 uploaded, 2 already in the store" in second.stdout
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("distbench")
