@@ -123,6 +123,10 @@ def synced_once(sweep_dir, uri) -> None:
     assert_real_times(client, finished)  # the job's own times, not the upload's
     assert "resolved.yaml" in {a.path for a in client.list_artifacts(finished.info.run_id)}
     assert "tracking_error" not in outcome(sweep_dir, 1)
+    # the parent that sync made sums the sweep up as the sweep's own would have
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert (parent.data.tags["num_finished"], parent.data.tags["num_failed"]) == ("1", "1")
+    assert parent.data.tags["best_run_id"] == finished.info.run_id
 
 
 def resumed_twice(tmp_path, uri) -> None:

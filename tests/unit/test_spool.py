@@ -186,6 +186,25 @@ def test_sync_ends_the_parent_run_a_sweep_left_running(tmp_path):
     assert {r.data.tags["mlflow.parentRunId"] for r in kids} == {parent}
 
 
+def test_a_sweep_that_never_reached_the_store_gets_a_parent_with_its_summary(tmp_path):
+    uri, client, experiment_id = store(tmp_path)
+    sweep = tmp_path / "sweep"
+    spool_job(sweep / "0", value=5.0)
+    spool_job(sweep / "1", status="FAILED")
+    sync_sweep(sweep, uri)
+    (parent,) = find_runs(uri, experiment_id, {SWEEP_DIR_TAG: str(sweep)})
+    assert parent.data.tags["synced"] == "true" and parent.info.status == "FINISHED"
+    assert parent.data.metrics["num_jobs"] == 2.0
+    assert (parent.data.tags["num_finished"], parent.data.tags["num_failed"]) == ("1", "1")
+    spool_job(sweep / "2")  # a job synced later is counted too
+    sync_sweep(sweep, uri)
+    parent = client.get_run(parent.info.run_id)
+    assert parent.data.metrics["num_jobs"] == 3.0 and parent.data.tags["num_finished"] == "2"
+    assert {r.data.tags["mlflow.parentRunId"] for r in children(client, experiment_id)} == {
+        parent.info.run_id
+    }
+
+
 def test_a_down_server_fails_fast_once_and_then_at_once(tmp_path):
     uri = f"http://user:s3cr3t@127.0.0.1:{free_port()}"
     spool_job(tmp_path / "sweep" / "0")

@@ -47,6 +47,8 @@ PREVIOUS_RUN_TAG = "distbench.previous_run_id"
 INCOMPLETE_TAG = "distbench.incomplete"
 # On a sweep's parent run: the sweep's process (orphans.owner_record(), as JSON).
 SWEEP_OWNER_TAG = "distbench.sweep_owner"
+# On a parent run that `distbench sync` made: its sweep never reached the store.
+SYNCED_TAG = "synced"
 OUTCOME = "outcome.json"
 REQUIRED_KEYS = ("experiment_name", "run_name", "params", "metrics", "tags", "artifacts")
 
@@ -288,7 +290,7 @@ def sweep_parent(tracking_uri: str, experiment_name: str, sweep_dir: Path) -> st
             lambda: mlflow.create_run(
                 experiment_id,
                 run_name=f"sweep-{sweep_dir.name}",
-                tags={SWEEP_DIR_TAG: str(sweep_dir), "synced": "true"},
+                tags={SWEEP_DIR_TAG: str(sweep_dir), SYNCED_TAG: "true"},
             ),
             tracking_uri=tracking_uri,
         )
@@ -401,7 +403,18 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str, sweep_lost: bool = False) -> 
         outcome = _read_outcome(outcome_path) if outcome_path.exists() else None
         if outcome:
             _write_outcome(outcome_path, outcome, run_id)
-    if parent is not None and not result["unreadable"]:
+    if parent is not None:
         outcomes = [o for p in sweep_dir.glob(f"*/{OUTCOME}") if (o := _read_outcome(p))]
-        result["parent_closed"] = close_parent(tracking_uri, parent, outcomes, sweep_lost)
+        if is_synced_parent(tracking_uri, parent):  # made here: summed up at each sync
+            from distbench.tracking.parent import log_summary
+
+            log_summary(tracking_uri, parent, outcomes, len(outcomes))
+        elif not result["unreadable"]:
+            result["parent_closed"] = close_parent(tracking_uri, parent, outcomes, sweep_lost)
     return result
+
+
+def is_synced_parent(tracking_uri: str, run_id: str) -> bool:
+    """Whether a parent run was made by `distbench sync` (its sweep never reached the store)."""
+    run = retry(lambda: client(tracking_uri).get_run(run_id), tracking_uri=tracking_uri)
+    return run.data.tags.get(SYNCED_TAG) == "true"
