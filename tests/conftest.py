@@ -67,6 +67,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest 9.2's structured node ids undo pytest-xdist's `--dist loadgroup` in silence (its
+    groups are lost: pytest-dev/pytest-xdist#1386; each worker would build the shared sweeps
+    again): one line before anything runs."""
+    version = tuple(int(part) for part in pytest.__version__.split(".")[:2])
+    if getattr(config.option, "dist", "no") == "loadgroup" and version >= (9, 2):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} drops pytest-xdist's --dist loadgroup groups "
+            "(pytest-dev/pytest-xdist#1386): install pytest<9.2 (pyproject.toml's dev extra)"
+        )
+
+
 def _rank_extensions_dir() -> str:
     """Where the ranks keep DeepSpeed's compiled ops (launch.workers.worker_env's choice)."""
     from distbench.launch.workers import worker_env
