@@ -9,26 +9,14 @@ agent is the torchrun of a node, whatever its local rank count (torchrun's own).
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
+from tests.conftest import processes_mentioning
 from tests.e2e.test_sweep import FEW_STEPS, run_py, runs_of
 
 pytestmark = pytest.mark.e2e
 
 TWO_NODES = ["num_nodes=2", "rank_launcher=local_nodes"]
-
-
-def agents_alive(run_dir) -> list[psutil.Process]:
-    """The node agents and ranks of the job in `run_dir` still alive (another test's job, which
-    `make test` may run at the same time, is not this one's)."""
-    found = []
-    markers = ("distbench.launch.node_agents", "distbench.ranks.worker")
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if str(run_dir) in cmdline and any(marker in cmdline for marker in markers):
-            found.append(proc)
-    return found
 
 
 @pytest.mark.usefixtures("sqlite_store")  # a copy of the empty store: no migrations
@@ -78,4 +66,5 @@ def test_a_rank_killed_on_the_second_node_fails_the_job_and_stops_every_agent(tm
     # torchrun's report of the killed rank is on the other agent's stderr: the surviving rank's
     # broken collective may be what is named (a known limit of the local_nodes path)
     assert run["tags.failure_kind"] in ("crash", "collective_error"), run["tags.failure_reason"]
-    assert not agents_alive(tmp_path / "job")
+    # no agent or rank of this job outlives it (another test's job may run beside it)
+    assert not processes_mentioning(str(tmp_path / "job"))
