@@ -80,5 +80,9 @@ def test_compiled_checkpointed_layers_on_the_torch_engine_are_timed_apart(tmp_pa
     compiling, timed = result["step_times_s"]  # the warm-up step compiled, the timed one ran
     assert data.metrics["step_time_s_p50"] == pytest.approx(timed)
     assert data.metrics["compile_time_s"] == pytest.approx(compiling - timed)
-    assert data.metrics["compile_time_s"] > timed
+    # what compiled is counted, not timed: the warm-up step compiled, the timed one ran cached
+    # graphs (a step time on a shared host can be 15x a quiet host's; a count is not)
+    assert result["ranks"][0]["compile_events_per_step"][0] > 0
+    assert result["ranks"][0]["compile_events_per_step"][1] == 0
+    assert data.metrics["compiled_timed_steps"] == 0 and "compile_note" not in data.tags
     assert data.tags["equivalent"] == "true"  # the same loss as the eager unsplit model

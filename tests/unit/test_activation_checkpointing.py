@@ -210,3 +210,27 @@ def test_the_switch_on_a_real_tiny_model_recomputes_exactly_and_saves_less():
     assert none[0] == selective[0] == full[0]  # recompute is exact
     assert torch.equal(none[2], full[2])
     assert full[1] < selective[1] < none[1]  # autograd keeps less of checkpointed layers
+
+
+def test_compile_phases_are_counted_in_the_step_that_compiles_and_a_recompile_is_named():
+    import torch
+
+    from distbench.ranks.layers import compile_events
+    from distbench.workloads.train.workload import compile_note, compiles_per_step
+
+    # aot_eager: dynamo and AOTAutograd as the ranks run them, without inductor's gcc build
+    layer = torch.compile(torch.nn.Linear(8, 8), backend="aot_eager", dynamic=False)
+    before = compile_events()
+    layer(torch.randn(2, 8)).sum().backward()  # compiles forward and backward
+    first = compile_events()
+    layer(torch.randn(2, 8)).sum().backward()  # cached graphs
+    cached = compile_events()
+    layer(torch.randn(3, 8)).sum().backward()  # a new shape: a recompile
+    assert first > before and cached == first and compile_events() > cached
+
+    ranks = [{"compile_events_per_step": [40, 0, 3]}, {"compile_events_per_step": [38, 0, 0]}]
+    assert compiles_per_step(ranks) == [40, 0, 3]
+    assert compiles_per_step([{"step_times_s": [1.0]}]) == []
+    assert compile_note([40, 0, 0], num_warmup=1) == {}
+    note = compile_note([40, 0, 3], num_warmup=1)["compile_note"]
+    assert note.startswith("timed step(s) 3 of 3 compiled")

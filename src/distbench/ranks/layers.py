@@ -95,6 +95,15 @@ def compile_layers(module: Any) -> int:
     return len(slots)
 
 
+def compile_events() -> int:
+    """How many timed phases of torch.compile (dynamo's trace, AOTAutograd, inductor's codegen,
+    the backward's lazy compile) this process has run so far: a step that grew the count
+    compiled or recompiled; a step that ran cached graphs did not."""
+    from torch._dynamo import utils
+
+    return sum(len(times) for times in utils.compilation_time_metrics.values())
+
+
 def checkpoint_and_compile(module: Any, mode: str, every: int, compile_layers_: bool) -> str:
     """`checkpoint_layers`, then (with `compile_layers_`) `compile_layers`, on a model or a
     pipeline stage, in torchtitan's order (AC before compile); returns what was done, one

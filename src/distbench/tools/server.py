@@ -407,8 +407,9 @@ def serve(
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
-    for line in lines:
-        print(line, flush=True)
+    # one write: the server's own log lines (same stdout) cannot land between them
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    sys.stdout.flush()
     proc.wait()
     stop_server(proc, grace_s=STOP_GRACE_S)  # workers that outlived the main process
     if stopped:

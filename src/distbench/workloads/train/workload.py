@@ -112,7 +112,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
 
     rank = dist.get_rank()
     wrapped, started = start_engine(job, run_dir, rank)
-    step_times_s, losses = timed_steps(job, wrapped, run_dir, rank)
+    step_times_s, losses, compiles = timed_steps(job, wrapped, run_dir, rank)
     # Read before any profiled step: the profiler's own buffers are not the training's memory.
     from distbench.ranks import dist as dist_utils
 
@@ -128,6 +128,7 @@ def run(job: Job, run_dir: Path) -> dict[str, Any]:
         "coords": dict(zip(GRID_DIMS, wrapped.coords, strict=True)),
         "step_times_s": step_times_s,
         "losses": losses,
+        **({"compile_events_per_step": compiles} if job.workload.compile else {}),
         "peak_mem_bytes": peak_mem_bytes,
         "num_params_local": wrapped.num_params_local(),
     }
@@ -168,10 +169,11 @@ def start_engine(job: Job, run_dir: Path, rank: int) -> tuple[Any, dict[str, flo
     return wrapped, started
 
 
-def timed_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> tuple[list, list]:
-    """The warm-up and timed steps: each step's time (s) and loss on this rank; rank 0 writes
-    one progress.jsonl line per step (the slowest rank's time, the mean loss). A step whose
-    mean loss is not finite is the last one (every rank sees the same mean: they stop together)."""
+def timed_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> tuple[list, list, list]:
+    """The warm-up and timed steps: each step's time (s), loss and, with workload.compile, how
+    many compile phases it ran (layers.compile_events) on this rank; rank 0 writes one
+    progress.jsonl line per step (the slowest rank's time, the mean loss). A step whose mean
+    loss is not finite is the last one (every rank sees the same mean: they stop together)."""
     import torch.distributed as dist
 
     from distbench.ranks import dist as dist_utils
@@ -180,7 +182,9 @@ def timed_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> tuple[list,
     device = job.device
     num_warmup, num_timed = job.workload.num_warmup_steps, job.workload.num_steps
     progress = (run_dir / "progress.jsonl").open("a") if rank == 0 else None
-    step_times_s, losses = [], []
+    from distbench.ranks.layers import compile_events
+
+    step_times_s, losses, compiles = [], [], []
     for step in range(num_warmup + num_timed):
         replica = faults.data_rank(job.fault, wrapped.dp_rank)
         micro_batches = step_micro_batches(job, step, replica)
@@ -188,11 +192,14 @@ def timed_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> tuple[list,
         faults.inject(job.fault, rank, step)
         dist.barrier()
         dist_utils.synchronize(device)
+        compiled_before = compile_events() if job.workload.compile else 0
         start = time.perf_counter()
         loss = wrapped.train_step(micro_batches)
         dist_utils.synchronize(device)
         step_times_s.append(time.perf_counter() - start)
         losses.append(loss)
+        if job.workload.compile:
+            compiles.append(compile_events() - compiled_before)
         # After the timed region: every rank's loss, time and peak memory (one all_gather).
         gathered = gather_step(loss, step_times_s[-1], dist_utils.peak_memory_bytes(device), device)
         if progress:
@@ -203,7 +210,7 @@ def timed_steps(job: Job, wrapped: Any, run_dir: Path, rank: int) -> tuple[list,
             break
     if progress:
         progress.close()
-    return step_times_s, losses
+    return step_times_s, losses, compiles
 
 
 def progress_line(
@@ -322,8 +329,13 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
             metrics.pop(key, None)
         metrics["num_timed_steps"] = 0.0
     metrics.update(start_metrics(result["ranks"]))
+    compile_tags: dict[str, str] = {}
     if getattr(job.workload, "compile", False) and num_warmup and timed:
         metrics["compile_time_s"] = compile_time_s(result["step_times_s"][0], timed)
+        per_step = compiles_per_step(result["ranks"])
+        if per_step:
+            metrics["compiled_timed_steps"] = float(sum(n > 0 for n in per_step[num_warmup:]))
+            compile_tags = compile_note(per_step, num_warmup)
     metrics["tokens_per_step"] = float(num_tokens)
     metrics["model_flops_per_token"] = flops
     metrics["num_params"] = float(params["total"])
@@ -340,7 +352,7 @@ def measure(job: Job, result: dict[str, Any], job_dir: Path | None = None) -> Me
         }
         return Measured(metrics=metrics, series=series, tags=tags, failure=(DIVERGED, reason))
     tags = check_equivalence(job, metrics, job_dir) if job_dir else {}
-    return Measured(metrics=metrics, series=series, tags=tags)
+    return Measured(metrics=metrics, series=series, tags={**tags, **compile_tags})
 
 
 def compile_time_s(first_step_s: float, timed_steps_s: list[float]) -> float:
@@ -349,6 +361,25 @@ def compile_time_s(first_step_s: float, timed_steps_s: list[float]) -> float:
     import statistics
 
     return max(0.0, first_step_s - statistics.median(timed_steps_s))
+
+
+def compiles_per_step(ranks: list[dict[str, Any]]) -> list[int]:
+    """The most compile phases any rank ran in each step (empty without workload.compile)."""
+    per_rank = [r["compile_events_per_step"] for r in ranks if "compile_events_per_step" in r]
+    return [max(steps) for steps in zip(*per_rank, strict=True)] if per_rank else []
+
+
+def compile_note(per_step: list[int], num_warmup: int) -> dict[str, str]:
+    """The `compile_note` tag when a timed step compiled (a recompile: its time includes
+    compiling), else nothing."""
+    compiled = [i + 1 for i, n in enumerate(per_step) if i >= num_warmup and n > 0]
+    if not compiled:
+        return {}
+    steps = ", ".join(map(str, compiled))
+    return {
+        "compile_note": f"timed step(s) {steps} of {len(per_step)} compiled (a recompile): "
+        "their times include compiling; TORCH_LOGS=recompiles says why"
+    }
 
 
 def start_metrics(ranks: list[dict[str, Any]]) -> dict[str, float]:
