@@ -134,3 +134,19 @@ def test_search_ranks_every_layout_that_fits_and_says_why_the_rest_do_not():
     assert any(r.startswith("does not fit:") for r in reasons)
     doc = json.loads(json.dumps(search_json(found)))
     assert len(doc["ranked"]) == len(found.ranked) and doc["refused"] == found.refused
+
+
+def test_the_efficiency_model_takes_the_hardwares_train_efficiency_unless_overridden():
+    def predicted(hardware: str, efficiency: float | None = None):
+        plan = make_plan([f"hardware={hardware}", "model=llama_1b"], ["dp"], efficiency=efficiency)
+        return plan.predictions[0], plan.extra["sources"]["compute"]
+
+    a100, source = predicted("a100_80gb")
+    assert a100.assumptions["efficiency"] == 0.626
+    assert source.startswith("hardware.train_efficiency (0.626) × the catalog peak")
+    assert predicted("h100_sxm")[0].assumptions["efficiency"] == 0.467
+    h200, source = predicted("h200")  # no catalog figure: the GPU default
+    assert h200.assumptions["efficiency"] == 0.4 and source.startswith("DEFAULT_EFFICIENCY")
+    slower, source = predicted("a100_80gb", efficiency=0.4)
+    assert slower.assumptions["efficiency"] == 0.4 and source.startswith("--efficiency")
+    assert slower.time_s["compute"] == pytest.approx(a100.time_s["compute"] * 0.626 / 0.4)

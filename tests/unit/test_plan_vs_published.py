@@ -81,5 +81,20 @@ def test_one_row_through_the_planner(bench):
     assert out["mem_err_pct"] == pytest.approx((out["pred_mem_gib"] - 82.4) / 82.4 * 100) and out[
         "mem_ok"
     ] == (abs(out["mem_err_pct"]) <= 20)
-    stats = bench.summary([out])
-    assert stats["rows"] == 1 and stats["fitted_on_these_rows"] == "nothing"
+    fit = bench.fit_rows(bench.ROWS)
+    stats = bench.summary([{**out, "role": bench.role(row, fit)}])
+    assert stats["rows"] == 1 and stats["fit_tput_within_30pct"] == f"{int(out['tput_ok'])} of 1"
+    assert stats["heldout_tput_within_30pct"] == "0 of 0"  # this row is a fit row
+
+
+def test_the_catalogs_train_efficiency_is_fitted_on_half_the_rows_and_judged_on_the_rest(bench):
+    fit = bench.fit_rows(bench.ROWS)
+    assert set(fit) == {"a100_80gb", "h100_sxm"}
+    for hardware, rows in fit.items():
+        judged = [r for r in bench.ROWS if r.hardware == hardware and bench.role(r, fit)]
+        held = [r for r in judged if bench.role(r, fit) == bench.HELD]
+        assert len(rows) + len(held) == len(judged) and 0 <= len(rows) - len(held) <= 1
+        assert not set(r.name for r in rows) & set(r.name for r in held)
+    # what conf/hardware holds is what the fit gives: nobody typed a constant in
+    fitted = bench.fit_efficiency(bench.ROWS)
+    assert fitted == {hw: bench.catalog_efficiency(hw) for hw in fit}

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--efficiency",
         type=float,
-        help="assumed MFU (default GPU 0.4, CPU 0.6); sets hardware.time_source=efficiency",
+        help="assumed MFU (default: the hardware's train_efficiency, else GPU 0.4, CPU 0.6); "
+        "sets hardware.time_source=efficiency",
     )
     parser.add_argument("--bandwidth-gbps", type=float, help="GB/s, default hardware's")
     parser.add_argument("--latency-us", type=float, help="µs per collective (default 10 / 100)")

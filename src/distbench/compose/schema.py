@@ -155,6 +155,10 @@ class HardwareConfig:
     internode_gbytes_per_s: float | None = None
     devices_per_node: int | None = None  # None: not fixed (CPU: one rank per core)
     price_usd_per_hour: float = 0.0
+    # The fraction of peak_tflops_<dtype> a dense transformer's training step reaches under
+    # time_source=efficiency (model FLOPs utilisation). None: step_time.DEFAULT_EFFICIENCY of the
+    # device (GPU 0.4, CPU 0.6). Prediction input only: not part of the run's signature.
+    train_efficiency: float | None = None
     # The user's choices of figures; what they measure is attached to the Job before launch
     # (Job.measured, probes/parts.py Measurements; distbench/prepare.py).
     # catalog: the figures above (CPU: the cpuinfo estimate); measured: a timed GEMM on this

@@ -90,10 +90,18 @@ def link_source(
     return f"{constant} (constant)"
 
 
-def efficiency_source(override: float | None, peak_source: str | None) -> str:
-    """Where the compute term's rate came from: the efficiency (the option, or the
-    DEFAULT_EFFICIENCY constant) times the peak (measured GEMM, or the catalog's)."""
-    eff = "--efficiency" if override is not None else "DEFAULT_EFFICIENCY (constant)"
+def efficiency_source(
+    override: float | None, peak_source: str | None, catalog_efficiency: float | None = None
+) -> str:
+    """Where the compute term's rate came from: the efficiency (the option, the hardware's
+    train_efficiency, or the DEFAULT_EFFICIENCY constant) times the peak (measured GEMM, or
+    the catalog's)."""
+    if override is not None:
+        eff = "--efficiency"
+    elif catalog_efficiency is not None:
+        eff = f"hardware.train_efficiency ({catalog_efficiency:g})"
+    else:
+        eff = "DEFAULT_EFFICIENCY (constant)"
     peak = (
         "the measured GEMM peak (hardware.peak_source=measured)"
         if peak_source == "measured"

@@ -54,7 +54,7 @@ from distbench.figures.metrics import (
     tokens_per_step,
     train_flops_per_token,
 )
-from distbench.figures.step_time import default_efficiency, measured_parts_s
+from distbench.figures.step_time import hardware_efficiency, measured_parts_s
 from distbench.precision import precision_tag
 
 if TYPE_CHECKING:
@@ -178,7 +178,11 @@ def predict(
     flops = train_flops_per_token(split.matmul, split.num_layers, model.hidden_size, batch.seq_len)
     b, m, s = batch.micro_batch_size, batch.grad_accum_steps, batch.seq_len
     num_tokens = tokens_per_step(b, m, s, layout.dp)
-    eff = efficiency if efficiency is not None else default_efficiency(job.device)
+    eff = (
+        efficiency
+        if efficiency is not None
+        else hardware_efficiency(hardware.train_efficiency, job.device)
+    )
     links = job_links(job, shard, bandwidth_gbps=bandwidth_gbps, latency_s=latency_s)
     comm = job_comm_bytes(job, shard)
     offload_bytes, offload_s = job_offload(job, shard)

@@ -22,7 +22,8 @@ from distbench.figures.communication import GB
 # transformer training reaches (Megatron-LM and PaLM report 40-55 % MFU). CPU: 0.6, what a
 # one-core rank of strategy=single reaches of the cpuinfo peak; what the other strategies lose
 # is their communication. Measured values: benchmarks/planner_constants/README.md.
-# `distbench plan --efficiency` overrides.
+# A catalog entry's hardware.train_efficiency replaces it (A100, H100: fitted on half the
+# published runs of benchmarks/plan_vs_published.py); `distbench plan --efficiency` overrides.
 DEFAULT_EFFICIENCY = {"cuda": 0.4, "cpu": 0.6}
 # Host link for offload (GB/s): PCIe 4.0 x16 is 32 GB/s raw, ~25 effective.
 HOST_LINK_GBPS = 25.0
@@ -76,6 +77,12 @@ def oversubscribed_s(
 def default_efficiency(device: str) -> float:
     """The assumed fraction of the peak a step reaches when nothing measured says otherwise."""
     return DEFAULT_EFFICIENCY.get(device, 0.4)
+
+
+def hardware_efficiency(train_efficiency: float | None, device: str) -> float:
+    """The efficiency model's fraction of the peak: the catalog's `train_efficiency` of the
+    hardware where it has one, else the device's default."""
+    return train_efficiency if train_efficiency is not None else default_efficiency(device)
 
 
 def efficiency_compute_s(

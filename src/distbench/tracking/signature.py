@@ -45,6 +45,7 @@ EXCLUDED_HARDWARE_KEYS = (
     "link_calibration_error",
     "mem_bandwidth_gbps",
     "time_source",
+    "train_efficiency",
     *STEP_PARTS_FIELDS,
     *ENGINE_PARTS_FIELDS,
     "time_calibration_error",

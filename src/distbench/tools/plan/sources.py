@@ -78,7 +78,7 @@ def compute_source(
 
     if measured_parts_s(hardware, measured) is not None:
         return MEASURED_PARTS_SOURCE
-    return efficiency_source(efficiency, hardware.peak_source)
+    return efficiency_source(efficiency, hardware.peak_source, hardware.train_efficiency)
 
 
 def _source(
