@@ -15,6 +15,10 @@ line to progress.jsonl (the orchestrator's step lines, streamed to MLflow as pro
 mean loss over ranks, the slowest rank's time, tokens/s (total and per device), TFLOP/s per
 device, MFU and peak memory (GiB, % of the device), named as the run's metrics.
 
+With workload.compile each rank also counts the compile phases each step ran
+(`compile_events_per_step` in result.json): the warm-up step compiles, and a timed step that
+compiled (a recompile) is logged as `compiled_timed_steps` and named by the `compile_note` tag.
+
     python -m torch.distributed.run --nproc_per_node=2 -m distbench.ranks.worker RUN_DIR
 """
 
