@@ -653,8 +653,11 @@ def main() -> None:
     fit = fit_rows(ROWS)  # always on every row: --only does not move the fit
     results = [{**predict_row(r), "role": role(r, fit)} for r in rows]
     fitted = fit_efficiency(ROWS)
-    stale = {hw: (catalog_efficiency(hw), eff) for hw, eff in fitted.items()}
-    stale = {hw: pair for hw, pair in stale.items() if pair[0] != pair[1]}
+    stale = {
+        hw: (catalog, eff)
+        for hw, eff in fitted.items()
+        if (catalog := catalog_efficiency(hw)) != eff
+    }
     if stale:  # (catalog, fitted): the table would judge constants nobody can reproduce
         sys.exit(f"conf/hardware train_efficiency differs from the fit (catalog, fit): {stale}")
     stats = {**summary(results), "train_efficiency": fitted}

@@ -98,7 +98,9 @@ def compile_layers(module: Any) -> int:
 def compile_events() -> int:
     """How many timed phases of torch.compile (dynamo's trace, AOTAutograd, inductor's codegen,
     the backward's lazy compile) this process has run so far: a step that grew the count
-    compiled or recompiled; a step that ran cached graphs did not."""
+    compiled or recompiled; a step that ran cached graphs did not. It reads torch's private
+    timer table (torch._dynamo.utils.compilation_time_metrics, torch 2.13): a torch upgrade
+    that moves it fails tests/unit/test_activation_checkpointing.py first."""
     from torch._dynamo import utils
 
     return sum(len(times) for times in utils.compilation_time_metrics.values())
