@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from distbench.job import Job
+from distbench.job import Job, resolve_job
 from distbench.orchestrator import run_job
+from distbench.prepare import prepare_job
 from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config, requires_gpus
 
 pytestmark = [pytest.mark.gpu]
@@ -100,20 +101,29 @@ def test_strategy_runs_on_two_gpus_with_nccl(tmp_path, strategy):
 
 @requires_gpus(1)
 def test_the_step_parts_are_measured_on_the_gpu(tmp_path, monkeypatch):
-    """The default, hardware.time_source=auto, on this machine's GPU is measured parts: GEMMs
-    timed on the device, a kernel floor from CUDA events, and the run's own prediction built
-    from them."""
+    """`hardware.time_source=measured` on this machine's GPU measures the step parts: GEMMs timed
+    on the device, a kernel floor from CUDA events, and the run's own prediction built from
+    them. The next job of that shape under the default `auto` reads them from the cache (a run
+    never probes under `auto`: an H200 run of 2026-11-27 showed the old form of this test
+    expecting it to)."""
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("DISTBENCH_TIME_SOURCE")  # the suite's pin (tests/conftest.py)
-    overrides = ["strategy=single", "workload.dtype=bf16"]
-    outcome = run_job(compose_config([*ONE_GPU, *overrides]), tmp_path, CONF_DIR, PROJECT_DIR)
+    overrides = [*ONE_GPU, "strategy=single", "workload.dtype=bf16"]
+    asked = compose_config([*overrides, "hardware.time_source=measured"])
+    (tmp_path / "job").mkdir()
+    outcome = run_job(asked, tmp_path / "job", CONF_DIR, PROJECT_DIR)
     assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
-    resolved = (tmp_path / "resolved.yaml").read_text()
+    resolved = (tmp_path / "job" / "resolved.yaml").read_text()
     assert "time_source: measured" in resolved and "time_calibration_error: null" in resolved
-    measured = Job.load(tmp_path).measured
+    measured = Job.load(tmp_path / "job").measured
     assert 0 < measured.kernel_floor_us < 50 and measured.micro_batch_gemm_s > 0
     assert measured.measured_mem_bandwidth_gbps > 100  # HBM, not a host copy
     assert outcome["metrics"]["pred_step_time_s"] > 0
+
+    under_auto = resolve_job(compose_config(overrides), CONF_DIR)
+    cached = prepare_job(under_auto, probe_when_auto=False)
+    assert cached.hardware.time_source == "measured"
+    assert cached.measured.micro_batch_gemm_s == measured.micro_batch_gemm_s
 
 
 @requires_gpus(1)
