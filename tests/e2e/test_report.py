@@ -88,6 +88,15 @@ def test_report_of_the_latest_sweep_writes_tables_plots_and_logs_them_on_the_par
     assert f"runs/{sweep.parent_run_id}/artifacts/report/report.html" in note
     assert "best throughput" in note
 
+    # how well the sweep's runs were predicted, from the children's own metrics as MLflow has them
+    children = [client.get_run(run_id).data.metrics for run_id in sweep.child_run_ids]
+    within = sum(abs(m["pred_step_time_s"] / m["step_time_s_p50"] - 1) <= 0.30 for m in children)
+    line = f"predicted step time: {within} of {len(children)} runs within 30 %"
+    assert f"- {line}" in md and f"<li>{line}" in html
+    parent = client.get_run(sweep.parent_run_id).data.metrics
+    assert parent["pred_step_time_num_runs"] == len(children)
+    assert parent["pred_step_time_within_target_frac"] == pytest.approx(within / len(children))
+
 
 def test_report_links_runs_against_a_given_ui(sweep, tmp_path):
     out = tmp_path / "report"

@@ -32,6 +32,7 @@ from distbench.figures.fair import (
     tokens_per_step_of,
     tokens_text,
 )
+from distbench.figures.sweep_accuracy import accuracy_lines
 from distbench.tools.columns import (
     KEEP,
     Col,
@@ -310,6 +311,9 @@ def print_summary(
         console.print(heading, highlight=False, markup=False)
         console.print(text, highlight=False, markup=False, soft_wrap=True, end="")
     console.print(summary_table(outcomes, title, width))
+    finished = [o.get("metrics") or {} for o in outcomes if o["status"] == "FINISHED"]
+    for line in accuracy_lines(finished):
+        console.print(f"  {line}", highlight=False)
     if pending or any(o["status"] == "RUNNING" for o in outcomes):
         console.print(pending_text(outcomes, pending), highlight=False)
     for o in outcomes:

@@ -2,7 +2,9 @@
 sweep without opening it: the swept keys as params (`strategy=dp,zero3`, `world_size=2,4`) and,
 at the end, its summary (`num_jobs`, `num_finished`, `num_failed`, `num_skipped`,
 `best_throughput_tokens_per_s` as metrics; the best run's name, strategy, id, layout and tokens
-per step as tags). "Best" never compares runs of different world sizes or tokens per step
+per step as tags; how well the runs were predicted, figures/sweep_accuracy.py:
+`pred_step_time_within_target_frac`, `pred_step_time_common_factor`, ... as metrics). "Best"
+never compares runs of different world sizes or tokens per step
 (figures/fair.py): it is the best of the largest such group (`best_scope` says which), and
 `best_by_group` names every group's best.
 
@@ -21,6 +23,7 @@ from distbench.figures.fair import (
     tokens_per_step_of,
     tokens_text,
 )
+from distbench.figures.sweep_accuracy import accuracy_metrics
 
 BEST_METRIC = "throughput_tokens_per_s"  # higher is better
 STATUSES = ("FINISHED", "FAILED", "SKIPPED")
@@ -134,6 +137,8 @@ def sweep_summary(
         if run_id:
             tags["best_run_id"] = str(run_id)
         tags.update(_best_scope(outcomes, best))
+    finished = [o.get("metrics") or {} for o in outcomes if o.get("status") == "FINISHED"]
+    metrics.update(accuracy_metrics(finished))
     return metrics, tags
 
 

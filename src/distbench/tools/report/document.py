@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from distbench.figures.sweep_accuracy import accuracy_lines
 from distbench.tools.report.plots import PLOTS, plot_pred_error_history
 from distbench.tools.report.tables import (
     best_per_metric,
@@ -46,6 +47,8 @@ class Sections:
     scaling: pd.DataFrame  # empty unless some configuration ran at two or more world sizes
     pred_history: pd.DataFrame  # the prediction errors of these runs' keys, oldest first
     pred_summary: pd.DataFrame  # the error bar per key
+    # how well these runs were predicted together (figures/sweep_accuracy.py), a line per kind
+    pred_accuracy: list[str]
     plots: list[Path]
     num_runs: int
     num_finished: int
@@ -74,6 +77,7 @@ def build_sections(
         grid=grid_table(df),
         failed=failed_runs(df),
         pred=pred_vs_measured(df),
+        pred_accuracy=accuracy_lines(finished(df).to_dict("records")),
         scaling=scaling if scales(scaling) else scaling.iloc[0:0],
         pred_history=pred_history,
         pred_summary=pred_error_summary(pred_history) if len(pred_history) else pd.DataFrame(),
@@ -129,6 +133,8 @@ def render_markdown(s: Sections) -> str:
         "## Failed runs\n",
         markdown_view(views["failed"]),
         "## Predicted vs measured\n",
+        *[f"- {line}" for line in s.pred_accuracy],
+        *([""] if s.pred_accuracy else []),
         markdown_view(views["pred"]),
         "## Prediction error over time\n",
         f"_{PRED_ERROR_NOTE}_\n",

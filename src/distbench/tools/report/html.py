@@ -51,6 +51,7 @@ def render_html(s: Sections) -> str:
         best_mark_note=BEST_MARK_NOTE,
         no_scaling=NO_SCALING,
         pred_error_note=PRED_ERROR_NOTE,
+        pred_accuracy=s.pred_accuracy,
         relative_links=s.experiment_id is not None and s.ui_base is None,
         plots=[{"name": p.stem, "src": data_uri(p)} for p in s.plots],
     )
