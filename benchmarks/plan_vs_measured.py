@@ -43,6 +43,13 @@ the run was tagged `oversubscribed` (its host was busy or its ranks outnumbered 
 how many times over the prediction assumed the cores shared (`pred_oversubscription`; a job
 dir written before Measurements.host_cores takes the run's `host_cores` metric).
 
+`time_err_pct_after_common_factor` is each job's step-time error once the jobs' common factor
+(the median of measured / predicted, figures/sweep_accuracy.py) is divided out: a host slower
+than predicted for every job alike (a shared VM's afternoon) moves that factor, not the order
+of the strategies; the summary gives the factor, the count within target after it and
+Spearman's order (`time_common_factor`, `time_within_target_after_common_factor`,
+`time_rank_corr`).
+
 Figures go to benchmarks/results/plan_vs_measured.{csv,json,md} (`--out-dir` elsewhere); the
 last stdout line is one JSON document.
 """
@@ -68,6 +75,7 @@ sys.path.insert(0, str(PROJECT_DIR / "src"))
 from distbench.compose.schema import TIME_SOURCES  # noqa: E402
 from distbench.figures.pred_error import PRED_ERROR_TARGET_PCT  # noqa: E402
 from distbench.figures.predict import pred_vs_measured  # noqa: E402
+from distbench.figures.sweep_accuracy import sweep_accuracy  # noqa: E402
 from distbench.job import Job  # noqa: E402
 
 MEM_TARGET_PCT = PRED_ERROR_TARGET_PCT["mem"]
@@ -92,6 +100,7 @@ FIELDS = (
     "time_err_pct",
     "time_err_pct_catalog_links",
     "time_err_pct_efficiency",
+    "time_err_pct_after_common_factor",
     "oversubscribed",
     "pred_oversubscription",
 )
@@ -198,6 +207,20 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
 TIME_ERR_SUFFIXES = ("", "_efficiency", "_catalog_links")
 
 
+def with_common_factor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each compared row's step-time error once the jobs' common factor (the median of measured
+    / predicted: a machine slower or faster than predicted for every job alike,
+    figures/sweep_accuracy.py) is divided out: `time_err_pct_after_common_factor`."""
+    timed = [r for r in rows if r.get("pred_step_s") and r.get("measured_step_s")]
+    accuracy = sweep_accuracy([(r["pred_step_s"], r["measured_step_s"]) for r in timed], 100.0)
+    if accuracy is None:
+        return rows
+    for row in timed:
+        after = row["pred_step_s"] * accuracy.common_factor / row["measured_step_s"] - 1
+        row["time_err_pct_after_common_factor"] = 100 * after
+    return rows
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts against the targets, worst and mean |error| in %; a side-by-side column (the
     efficiency model, the catalog links) gets its own count and mean over its rows."""
@@ -215,6 +238,14 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"time_within_target{suffix}"] = sum(e <= TIME_TARGET_PCT for e in errs)
         out[f"max_abs_time_err_pct{suffix}"] = max(errs, default=None)
         out[f"mean_abs_time_err_pct{suffix}"] = sum(errs) / len(errs) if errs else None
+    accuracy = sweep_accuracy(
+        [(r["pred_step_s"], r["measured_step_s"]) for r in done if r.get("pred_step_s")],
+        TIME_TARGET_PCT,
+    )
+    if accuracy is not None:  # the jobs' common factor (figures/sweep_accuracy.py)
+        out["time_common_factor"] = accuracy.common_factor
+        out["time_within_target_after_common_factor"] = accuracy.num_within_target_after_common
+        out["time_rank_corr"] = accuracy.rank_corr
     return {**out, "mem_target_pct": MEM_TARGET_PCT, "time_target_pct": TIME_TARGET_PCT}
 
 
@@ -276,7 +307,7 @@ def main() -> None:
         if args.time_source:
             jobs = [(name, [*o, f"hardware.time_source={args.time_source}"]) for name, o in jobs]
         job_dirs = [run_job(name, overrides, work, steps, env) for name, overrides in jobs]
-    rows = [compare(d) for d in job_dirs]
+    rows = with_common_factor([compare(d) for d in job_dirs])
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     command = "python benchmarks/plan_vs_measured.py " + " ".join(sys.argv[1:])
     header = f"plan vs measured, {stamp}, `{command.strip()}`"
