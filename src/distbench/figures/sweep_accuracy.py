@@ -5,9 +5,8 @@ divided out, and whether the predictions order the runs as they were measured (S
 correlation: Spearman 1904, "The proof and measurement of association between two things").
 
 Why the common factor: a machine running below the speed the prediction assumes (a shared VM
-whose neighbours take part of each core: benchmarks/cpu_runs/README.md measured the same commit
-25-30 % slower in the afternoon than in the morning; a GPU held below its boost clock) moves
-every run of a sweep alike. That miss is the machine's, and it does not change which strategy
+whose neighbours take part of each core, benchmarks/cpu_runs/README.md; a GPU held below its
+boost clock) moves every run of a sweep alike. That miss is the machine's, and it does not change which strategy
 is fastest; what remains after it is the model's error between strategies, which is what a
 comparison rests on. Both are shown: the absolute count first.
 
