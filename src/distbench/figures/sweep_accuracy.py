@@ -6,9 +6,9 @@ correlation: Spearman 1904, "The proof and measurement of association between tw
 
 Why the common factor: a machine running below the speed the prediction assumes (a shared VM
 whose neighbours take part of each core, benchmarks/cpu_runs/README.md; a GPU held below its
-boost clock) moves every run of a sweep alike. That miss is the machine's, and it does not change which strategy
-is fastest; what remains after it is the model's error between strategies, which is what a
-comparison rests on. Both are shown: the absolute count first.
+boost clock) moves every run of a sweep alike. That miss is the machine's, and it does not
+change which strategy is fastest; what remains after it is the model's error between
+strategies, which is what a comparison rests on. Both are shown: the absolute count first.
 
 Printed under the sweep's table (tools/summary.py), logged on the sweep's parent run
 (tracking/parent.py: `accuracy_metrics`), listed in the report's "Predicted vs measured".
