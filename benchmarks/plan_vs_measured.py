@@ -207,17 +207,26 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
 TIME_ERR_SUFFIXES = ("", "_efficiency", "_catalog_links")
 
 
+def step_time_pairs(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(predicted, measured) step seconds of every row that has both."""
+    return [
+        (r["pred_step_s"], r["measured_step_s"])
+        for r in rows
+        if r.get("pred_step_s") and r.get("measured_step_s")
+    ]
+
+
 def with_common_factor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each compared row's step-time error once the jobs' common factor (the median of measured
     / predicted: a machine slower or faster than predicted for every job alike,
     figures/sweep_accuracy.py) is divided out: `time_err_pct_after_common_factor`."""
-    timed = [r for r in rows if r.get("pred_step_s") and r.get("measured_step_s")]
-    accuracy = sweep_accuracy([(r["pred_step_s"], r["measured_step_s"]) for r in timed], 100.0)
+    accuracy = sweep_accuracy(step_time_pairs(rows), TIME_TARGET_PCT)
     if accuracy is None:
         return rows
-    for row in timed:
-        after = row["pred_step_s"] * accuracy.common_factor / row["measured_step_s"] - 1
-        row["time_err_pct_after_common_factor"] = 100 * after
+    for row in rows:
+        if row.get("pred_step_s") and row.get("measured_step_s"):
+            after = row["pred_step_s"] * accuracy.common_factor / row["measured_step_s"] - 1
+            row["time_err_pct_after_common_factor"] = 100 * after
     return rows
 
 
@@ -238,10 +247,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"time_within_target{suffix}"] = sum(e <= TIME_TARGET_PCT for e in errs)
         out[f"max_abs_time_err_pct{suffix}"] = max(errs, default=None)
         out[f"mean_abs_time_err_pct{suffix}"] = sum(errs) / len(errs) if errs else None
-    accuracy = sweep_accuracy(
-        [(r["pred_step_s"], r["measured_step_s"]) for r in done if r.get("pred_step_s")],
-        TIME_TARGET_PCT,
-    )
+    accuracy = sweep_accuracy(step_time_pairs(done), TIME_TARGET_PCT)
     if accuracy is not None:  # the jobs' common factor (figures/sweep_accuracy.py)
         out["time_common_factor"] = accuracy.common_factor
         out["time_within_target_after_common_factor"] = accuracy.num_within_target_after_common

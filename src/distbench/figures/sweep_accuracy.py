@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distbench.figures.pred_error import PRED_ERROR_TARGET_PCT, PRED_METRICS
+from distbench.figures.pred_error import PRED_ERROR_TARGET_PCT, PRED_METRICS, rel_err
 
 # Spearman's ρ needs this many runs to say anything about an order.
 MIN_RUNS_FOR_ORDER = 3
@@ -74,7 +74,8 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 
 
 def _within(pred: float, measured: float, target_pct: float) -> bool:
-    return abs(pred / measured - 1.0) * 100.0 <= target_pct
+    """The run's relative error (pred_error.rel_err, as runs log it) within target_pct."""
+    return abs(rel_err(pred, measured)) * 100.0 <= target_pct
 
 
 def sweep_accuracy(pairs: Sequence[tuple[float, float]], target_pct: float) -> SweepAccuracy | None:
