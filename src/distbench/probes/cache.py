@@ -66,8 +66,10 @@ def cached(
     measure_now: Callable[[], dict[str, Any]],
     force: bool = False,
     valid: Callable[[Any], bool] = is_record,
+    keep: Callable[[dict[str, Any]], bool] = is_record,
 ) -> dict[str, Any]:
-    """The figures cached under `key`, or measure_now()'s, cached; under the file's lock (two
+    """The figures cached under `key`, or measure_now()'s, cached when `keep` accepts them (a
+    measurement the probe does not trust is returned, not kept); under the file's lock (two
     jobs of one shape measure once), with "cached" saying which."""
     path = cache_dir() / file_name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,6 +78,7 @@ def cached(
         if valid(cache.get(key)) and not force:
             return {**cache[key], "cached": True}
         result = measure_now()
-        cache[key] = result
-        write_json_atomic(path, dict(sorted(cache.items())))
+        if keep(result):
+            cache[key] = result
+            write_json_atomic(path, dict(sorted(cache.items())))
     return {**result, "cached": False}

@@ -107,17 +107,19 @@ def job_load(load_start: float, load_end: float, elapsed_s: float) -> float | No
     return max(0.0, (load_end - load_start * decay) / (1.0 - decay))
 
 
-def start_reasons(ranks_here: int, usable_cores: int, start: HostSample | None) -> list[str]:
+def start_reasons(
+    ranks_here: int, usable_cores: int, start: HostSample | None, workers: str = "rank"
+) -> list[str]:
     """Why the job's figures are oversubscribed, known before its ranks start: more ranks than
     the cores this process may use, or other runnable tasks that leave its ranks less than a
-    core each."""
+    core each. `workers` names what is counted (a probe's threads)."""
     reasons = []
     if ranks_here > usable_cores:
-        reasons.append(f"{ranks_here} ranks on {usable_cores} cores")
+        reasons.append(f"{ranks_here} {workers}s on {usable_cores} cores")
     elif start is not None and start.runnable_others + ranks_here > start.cores + LOAD_MARGIN:
         reasons.append(
-            f"{start.runnable_others:g} other runnable task(s) beside {ranks_here} rank(s) on "
-            f"{start.cores} cores"
+            f"{start.runnable_others:g} other runnable task(s) beside {ranks_here} {workers}(s) "
+            f"on {start.cores} cores"
         )
     return reasons
 

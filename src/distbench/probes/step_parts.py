@@ -25,7 +25,10 @@ hooks; ZeRO-3's are probed apart on a GPU, workloads/train/engine_probe.py), aut
 
 Cached in step_parts.json of the probes' cache folder (probes/cache.py), keyed by host, device
 name, dtype, model shape, batch shape and (CPU) the rank's threads: the cores the launcher gives
-each rank (OMP_NUM_THREADS = cores // ranks on the machine); `--force` measures again.
+each rank (OMP_NUM_THREADS = cores // ranks on the machine); `--force` measures again. A
+measurement taken while other tasks wanted the cores its threads run on (probes/host_load.py's
+rule for a job's start) is another machine's: it is returned with `busy_host` saying why, used by
+the job that asked, and not cached, so the next job measures again.
 
     python -m distbench.probes.step_parts --device cuda --dtype bf16 \\
         --model-json '{"name": "llama_1b", ...}' --micro-batch-size 4 --seq-len 512
@@ -43,7 +46,8 @@ import time
 from typing import Any
 
 from distbench.compose.schema import ModelConfig
-from distbench.probes import cache, runner
+from distbench.probes import cache, host_load, runner
+from distbench.probes.detect import num_cpu_cores
 from distbench.probes.parts import MeasuredParts, is_step_parts
 from distbench.probes.timing import (
     HOST_PROBE_TOKENS,
@@ -173,16 +177,30 @@ def cached_or_measured(
     force: bool = False,
     threads: int = 1,
 ) -> dict[str, Any]:
-    """The cached figures for this key, or measure and cache them (in this process)."""
+    """The cached figures for this key, or measure them (in this process) and cache them
+    unless the host was busy (`busy_host`)."""
     key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
     shape = (micro_batch_size, seq_len)
+    # the host threads the probe keeps busy: its rank's share of the cores on a CPU, one on a GPU
+    host_threads = threads if device == "cpu" else 1
+
+    def measure() -> dict[str, Any]:
+        reason = busy_host_reason(host_threads, num_cpu_cores(), host_load.sample())
+        figures = time_step_parts(model_cfg, device, dtype, *shape, threads)
+        return {**figures, "busy_host": reason} if reason else figures
+
     return cache.cached(
-        CACHE_FILE,
-        key,
-        lambda: time_step_parts(model_cfg, device, dtype, *shape, threads),
-        force,
-        valid=is_step_parts,
+        CACHE_FILE, key, measure, force, valid=is_step_parts, keep=lambda f: "busy_host" not in f
     )
+
+
+def busy_host_reason(
+    host_threads: int, usable_cores: int, start: host_load.HostSample | None
+) -> str | None:
+    """Why a probe of `host_threads` threads started on a busy host (host_load.start_reasons:
+    other runnable tasks leave its threads less than a core each), or None."""
+    reasons = host_load.start_reasons(host_threads, usable_cores, start, workers="thread")
+    return "; ".join(reasons) or None
 
 
 # cache key -> why its measurement failed (runner.once): not retried for each layout
@@ -219,6 +237,14 @@ def measured_step_parts(
                 flush=True,
             )
         figures = runner.once(_FAILED, key, lambda: _probed(args, env, timeout_s))
+        if figures.get("busy_host"):
+            print(
+                f"distbench: the host was busy while the step parts were timed "
+                f"({figures['busy_host']}): this job's prediction uses them, the cache does "
+                "not keep them",
+                file=sys.stderr,
+                flush=True,
+            )
     return MeasuredParts.from_figures(figures)
 
 
