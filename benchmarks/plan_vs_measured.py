@@ -9,9 +9,10 @@ own resolved.yaml (`Job.load`: the exact config its ranks ran, hardware figures 
 
 measured peak = `peak_mem_gib` (CPU: the largest rank's peak RSS during the steps; GPU: CUDA
 max allocated), measured step = `step_time_s_p50`. Targets (issue 13): memory within 15 %, step
-time within 30 % for every job. The prediction never reads the job's measurements, but the CPU
-runtime constants (figures.memory.CPU_RUNTIME_GIB, CPU_COMM_RUNTIME_GIB) were fitted on this grid on
-this host: on CPU the memory figure is a same-host check, not an out-of-sample one.
+time within 30 % for every job. The prediction never reads the job's measurements; the CPU
+memory constants (figures.memory.CPU_RUNTIME_GIB and the three beside it) were fitted on another
+grid on this host (benchmarks/cpu_runs/2026-11-27_memory_fit/): on CPU the memory figure is a
+same-host check.
 
 Default grid (~8 min on 2 shared cores): model tiny (7M Llama) and `gpt2_2l` (GPT-2 small's
 shapes with 2 layers: 53M parameters, 50k vocab, tied head) × strategies single (1 rank), ddp,

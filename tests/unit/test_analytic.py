@@ -262,7 +262,9 @@ def test_pred_vs_measured_adds_the_cpu_runtime_and_gives_relative_errors():
     out = pred_vs_measured(job, {"peak_mem_gib": 0.73, "step_time_s_p50": 1.03})
     expected_mem = pred.mem.total / GIB
     runtime = memory.CPU_RUNTIME_GIB[job.engine] + memory.CPU_COMM_RUNTIME_GIB[job.engine]
-    assert pred.mem.runtime == pytest.approx(runtime * GIB)  # 2 ranks: they communicate
+    assert pred.mem.terms["runtime"] == pytest.approx(runtime * GIB)  # 2 ranks: they communicate
+    retained = memory.CPU_HEAP_RETENTION_OF_ACTIVATIONS * pred.mem.activations
+    assert pred.mem.runtime == pytest.approx(runtime * GIB + retained)  # dp: nothing sharded
     assert out["pred_peak_mem_gib"] == pytest.approx(expected_mem)
     assert out["mem_pred_rel_err"] == pytest.approx((expected_mem - 0.73) / 0.73)
     assert out["time_pred_rel_err"] == pytest.approx((pred.step_time_s - 1.03) / 1.03)

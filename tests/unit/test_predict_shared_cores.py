@@ -12,6 +12,7 @@ import pytest
 from distbench.figures import memory
 from distbench.figures.communication import ring_all_reduce_bytes, ring_gather_bytes
 from distbench.figures.job_terms import device_flops_per_token, device_shard
+from distbench.figures.metrics import GIB
 from distbench.figures.predict import pred_vs_measured, predict
 from distbench.figures.step_time import cpu_oversubscription
 from distbench.job import Job, resolve_job
@@ -83,14 +84,43 @@ def test_the_last_pipeline_stage_sets_the_step_and_the_others_the_bubble():
     assert pp.time_s["bubble"] == pytest.approx(pp.time_s["compute"] * (whole - last) / last / m)
 
 
-def test_sharded_engines_keep_part_of_the_activations_in_a_cpu_ranks_rss():
-    zero3 = predict(_cpu_job(["strategy=zero3", "world_size=2"])).mem
+def test_a_cpu_ranks_rss_keeps_one_micro_batchs_heap_activations_and_sharding_adds_some():
     fraction = memory.CPU_HEAP_RETENTION_OF_ACTIVATIONS
-    assert zero3.terms["cpu_heap_retained"] == pytest.approx(fraction * zero3.activations)
-    assert zero3.runtime == pytest.approx(zero3.terms["runtime"] + zero3.terms["cpu_heap_retained"])
-    assert "cpu_heap_retained" not in predict(_cpu_job(["strategy=dp", "world_size=2"])).mem.terms
+    # batch=medium: tiny's fp32 logits are 4 x 512 x 8192 x 4 B = 64 MiB, their own mmap (not
+    # kept); at 2 x 128 (8 MiB) they come from the heap like the layers' activations
+    for batch, logits_kept in (([], False), (["batch=small"], True)):
+        dp, zero3 = (
+            predict(_cpu_job([f"strategy={s}", "world_size=2", *batch])).mem
+            for s in ("dp", "zero3")
+        )
+        for mem in (dp, zero3):  # one micro-batch in flight: its activations churn the heap
+            heap = mem.activations - (0 if logits_kept else mem.terms["activations_logits"])
+            assert mem.terms["cpu_heap_retained"] == pytest.approx(fraction * heap)
+        assert "cpu_sharded_runtime" not in dp.terms
+        assert zero3.terms["cpu_sharded_runtime"] == memory.CPU_SHARDED_RUNTIME_GIB * GIB
+        process = ("runtime", "cpu_heap_retained", "cpu_sharded_runtime")
+        assert zero3.runtime == pytest.approx(sum(zero3.terms[k] for k in process))
+    # a pipeline stage holds several micro-batches' activations; the heap keeps one's share
+    pp4, pp2 = (
+        predict(_cpu_job(["strategy=torch_pp", "world_size=2", f"batch.grad_accum_steps={m}"])).mem
+        for m in (4, 2)
+    )  # GPipe: every micro-batch's activations held at once
+    assert pp4.activations > 1.5 * pp2.activations
+    assert pp4.terms["cpu_heap_retained"] == pytest.approx(pp2.terms["cpu_heap_retained"])
     gpu = resolve_job(compose_config(["hardware=h100_sxm", "strategy=zero3"]), CONF_DIR)
-    assert "cpu_heap_retained" not in predict(gpu).mem.terms  # CUDA max allocated: live only
+    assert not {"cpu_heap_retained", "cpu_sharded_runtime"} & set(predict(gpu).mem.terms)
+
+
+def test_only_tensors_under_glibcs_largest_mmap_threshold_come_from_its_heap():
+    terms = {"activations_layers": 5.0, "activations_logits": 7.0, "backward_grad_transient": 1.0}
+    limit = memory.GLIBC_MMAP_THRESHOLD_MAX_BYTES
+    small = {"layer": limit - 1, "activations_logits": limit - 1, "backward_grad_transient": 1}
+    assert memory.heap_activation_bytes(terms, small) == 13.0
+    big_logits = {**small, "activations_logits": limit}
+    assert memory.heap_activation_bytes(terms, big_logits) == 6.0
+    # a term without its own tensor size is a layer's (activations_recompute, ...)
+    wide_layers = {**small, "layer": 2 * limit}
+    assert memory.heap_activation_bytes(terms, wide_layers) == 8.0
 
 
 def test_a_ring_across_nodes_runs_at_the_nodes_nics_a_pipeline_send_at_one():

@@ -15,8 +15,9 @@
   one micro-batch, times the micro-batches a pipeline stage holds, plus the loss's logits and
   the backward's transient weight gradient;
 - the peak is the resident terms + max(forward/backward activations, optimizer-step
-  temporaries); on CPU + the process runtime (CPU_RUNTIME_GIB) and, for an engine that shards
-  over dp, what glibc's heap keeps of the activations (CPU_HEAP_RETENTION_OF_ACTIVATIONS);
+  temporaries); on CPU + the process runtime (CPU_RUNTIME_GIB, CPU_COMM_RUNTIME_GIB, and
+  CPU_SHARDED_RUNTIME_GIB for an engine that shards over dp) and what glibc's heap keeps of a
+  micro-batch's activations (CPU_HEAP_RETENTION_OF_ACTIVATIONS), `cpu_process_terms`;
 - when a term is alive: the torch engine frees its gradients after every step, so a step of
   one micro-batch reaches its activation peak without them (`Memory.grads_transient`);
   autocast's bf16 weight copies of a checkpointed layer die at the end of the forward, unless
@@ -54,21 +55,25 @@ if TYPE_CHECKING:
     from distbench.job import Layout
 
 # Process RSS of a CPU rank that is not model states or activations: the interpreter, torch,
-# transformers, gloo, the engine, allocator caches; DeepSpeed adds its modules and its CPU
-# communication op. Counted in the predicted peak on CPU only (`Memory.runtime`): the measured
-# CPU peak is VmHWM, the whole process; on a GPU the peak is CUDA max allocated, which has no
-# runtime. Fitted values: benchmarks/planner_constants/README.md.
-CPU_RUNTIME_GIB = {"torch": 0.37, "deepspeed": 0.49}
-# What a CPU rank that communicates adds to its RSS during the steps beyond the buffers
-# modelled: gloo's per-collective copies, and DeepSpeed's shared-memory CPU communication
-# workspace (fitted the same way: measured peak − prediction without it).
-CPU_COMM_RUNTIME_GIB = {"torch": 0.1, "deepspeed": 0.15}
-# What a CPU rank's peak RSS keeps of its activations beyond the live tensors when its engine
-# allocates communication buffers inside backward (ZeRO-1/2's bucket copies, ZeRO-3's and
-# FSDP2's gathers and reduce-scatters): among the activations being freed, glibc's heap cannot
-# return those pages (blocks under its dynamic mmap threshold come from the heap). Fitted on
-# half the README's CPU grid jobs, checked on the other half (benchmarks/cpu_runs/README.md).
-CPU_HEAP_RETENTION_OF_ACTIVATIONS = 0.39
+# transformers, gloo, the engine, allocator caches. Counted in the predicted peak on CPU only
+# (`Memory.runtime`): the measured CPU peak is VmHWM, the whole process; on a GPU the peak is
+# CUDA max allocated, which has no runtime. These four constants are fitted together by least
+# squares on one grid and checked on others (benchmarks/cpu_runs/2026-11-27_memory_fit/,
+# benchmarks/planner_constants/README.md).
+CPU_RUNTIME_GIB = {"torch": 0.389, "deepspeed": 0.435}
+# What a CPU rank that communicates adds: gloo's per-collective copies, and DeepSpeed's
+# shared-memory CPU communication workspace.
+CPU_COMM_RUNTIME_GIB = {"torch": 0.034, "deepspeed": 0.023}
+# What a CPU rank whose engine shards its states over dp > 1 adds beyond its modelled buffers
+# (ZeRO-1/2/3's partitioned optimizer, FSDP2's sharded parameters): flat copies and bookkeeping.
+CPU_SHARDED_RUNTIME_GIB = 0.051
+# What a CPU rank's peak RSS keeps of one micro-batch's heap-allocated activations beyond the
+# live tensors: among the activations backward frees, glibc cannot return the pages of blocks
+# it took from its heap, and the gradients and optimizer temporaries allocated after them do
+# not fit all of those holes. A tensor of GLIBC_MMAP_THRESHOLD_MAX_BYTES or more is always its
+# own mmap (glibc's dynamic threshold never rises above it), unmapped when freed: not kept.
+CPU_HEAP_RETENTION_OF_ACTIVATIONS = 0.936
+GLIBC_MMAP_THRESHOLD_MAX_BYTES = 32 * 2**20  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (mallopt(3))
 # What CUDA max allocated does not show but a device must hold: the CUDA context and
 # cuBLAS/NCCL workspaces (~0.5-1 GiB on an H100). Kept free when deciding whether a layout
 # fits (`gpu_headroom_bytes`), not added to pred_peak_mem_gib.
@@ -142,14 +147,33 @@ def cpu_runtime_bytes(engine: str, device_is_host: bool, world_size: int) -> flo
     return runtime_gib * GIB
 
 
-def cpu_heap_retention_fraction(device_is_host: bool, zero_stage: int, dp: int) -> float:
-    """The share of the activations a CPU rank's peak RSS keeps beyond the live tensors
-    (CPU_HEAP_RETENTION_OF_ACTIVATIONS): on a CPU rank whose engine shards states over dp > 1
-    (ZeRO-1+, FSDP as its zero-equivalent stage 3); 0 otherwise and on a GPU (CUDA max
+def heap_activation_bytes(
+    micro_batch_terms: dict[str, float], tensor_bytes: dict[str, float]
+) -> float:
+    """One micro-batch's activation terms whose tensors come from glibc's heap: those whose
+    typical tensor (`tensor_bytes` by term; a layer's widest activation, the fp32 logits, a
+    weight's gradient) is under GLIBC_MMAP_THRESHOLD_MAX_BYTES."""
+    return sum(
+        v
+        for k, v in micro_batch_terms.items()
+        if tensor_bytes.get(k, tensor_bytes["layer"]) < GLIBC_MMAP_THRESHOLD_MAX_BYTES
+    )
+
+
+def cpu_process_terms(
+    device_is_host: bool, zero_stage: int, dp: int, heap_activations: float
+) -> dict[str, float]:
+    """What a CPU rank's peak RSS holds beyond its tensors and runtime: cpu_sharded_runtime
+    (CPU_SHARDED_RUNTIME_GIB) when its engine shards states over dp > 1 (ZeRO-1+, FSDP as its
+    zero-equivalent stage 3), and cpu_heap_retained (CPU_HEAP_RETENTION_OF_ACTIVATIONS of one
+    micro-batch's heap-allocated activations, `heap_activation_bytes`); none on a GPU (CUDA max
     allocated counts live tensors only)."""
-    if not device_is_host or dp <= 1 or zero_stage < 1:
-        return 0.0
-    return CPU_HEAP_RETENTION_OF_ACTIVATIONS
+    if not device_is_host:
+        return {}
+    terms = {"cpu_heap_retained": CPU_HEAP_RETENTION_OF_ACTIVATIONS * heap_activations}
+    if dp > 1 and zero_stage >= 1:
+        terms["cpu_sharded_runtime"] = CPU_SHARDED_RUNTIME_GIB * GIB
+    return {k: v for k, v in terms.items() if v}
 
 
 # --------------------------------------------------------------------------- model states
@@ -443,9 +467,7 @@ def memory_per_device(
     buffers = engine_buffer_bytes(
         engine, data_parallel, split, layout, shard, zero_block, dtype_bytes=w, mixed=mixed
     )
-    acts = activation_terms(
-        split,
-        layout,
+    shape = dict(
         family=family,
         seq_len=seq_len,
         micro_batch_size=micro_batch_size,
@@ -453,7 +475,6 @@ def memory_per_device(
         intermediate_size=intermediate_size or 4 * hidden_size,
         num_heads=num_heads,
         vocab_size=vocab_size,
-        grad_accum_steps=grad_accum_steps,
         dtype_bytes=w,
         attention_scores_stored=attention_scores_stored,
         recompute=recompute,
@@ -463,6 +484,7 @@ def memory_per_device(
         checkpointing=checkpointing,
         checkpointing_every=checkpointing_every,
     )
+    acts = activation_terms(split, layout, grad_accum_steps=grad_accum_steps, **shape)
     recomputed = num_recomputed_layers(
         "full" if recompute else checkpointing, checkpointing_every, split.num_layers / layout.pp
     )
@@ -484,16 +506,24 @@ def memory_per_device(
     )
     device_states = {k: v for k, v in alive.by_term.items() if v}
     activations = sum(alive.acts.values())
-    retained = activations * cpu_heap_retention_fraction(device_is_host, stage, layout.dp)
-    runtime_terms = {"runtime": runtime_bytes}
-    if retained:
-        runtime_terms["cpu_heap_retained"] = retained
+    process_terms = {}
+    if device_is_host:  # a pipeline stage holds several micro-batches; the heap churns one
+        tokens = seq_len * micro_batch_size
+        tensor_bytes = {
+            "layer": tokens * max(hidden_size, shape["intermediate_size"] / layout.tp) * w,
+            "activations_logits": tokens * vocab_size * 4,  # upcast to fp32 for the loss
+            "backward_grad_transient": w * split.largest_matrix / layout.tp,
+        }
+        micro_batch = activation_terms(split, layout, grad_accum_steps=1, **shape)
+        heap = heap_activation_bytes(micro_batch, tensor_bytes)
+        process_terms = cpu_process_terms(device_is_host, stage, layout.dp, heap)
+    runtime_terms = {"runtime": runtime_bytes, **process_terms}
     return Memory(
         activations=activations,
         host=states.host,
         buffers=sum(buffers.values()),
         step_temp=states.step_temp,
-        runtime=runtime_bytes + retained,
+        runtime=sum(runtime_terms.values()),
         grads_transient=transient,
         terms={**device_states, **buffers, **alive.acts, **runtime_terms},
         **alive.sums,
