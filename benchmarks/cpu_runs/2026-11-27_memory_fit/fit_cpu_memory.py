@@ -9,13 +9,15 @@ job's prediction is split into the part no constant touches and one column per c
 prediction with that constant at 1 and the others at 0, less that part); the constants are the
 least-squares fit of measured peak − that part on the fit jobs. Fit: `fit/` (model=tiny, the
 strategies of both engines at world_size 1 and 2, batch=small and medium, 2026-11-27 19:06-19:25,
-commit bacb8bd). Checked, with the fitted values: `check_mb8/` (one micro-batch of 8 × 512,
-same sitting), `check_pvm/` (`benchmarks/plan_vs_measured.py`'s default grid at 19:36-19:50
-with the fitted values in the source: tiny and gpt2_2l, whose 50k-token vocabulary the fit has
-none of; its table is plan_vs_measured.md there) and the README's two grids that evening
-(16:33-17:30, 26ce8fe; ../2026-11-27_readme_grids/evening: world_size 2 and 4, pipelines and
-offload, which the fit has none of). Prints one JSON document: the fitted values, the values
-in the source, and every job's error with the fitted values (kept in fit.json).
+commit bacb8bd). Checked, with the fitted values, on other sittings: `check_mb8/` (one
+micro-batch of 8 × 512 per step, same sitting), `check_pvm/` (`benchmarks/plan_vs_measured.py`'s
+default grid at 19:36-19:50 with the fitted values in the source: tiny, re-runs of fit
+configurations, and gpt2_2l, whose 50k-token vocabulary the fit has none of; its table is
+plan_vs_measured.md there), and the README's two grids that evening (16:33-17:30, 26ce8fe) and
+that morning (older code, the DeepSpeed rank's init 0.1 GiB larger): world_size 4, pipelines
+and offload, which the fit has none of, beside re-runs of fit configurations. Prints one JSON
+document: the fitted values, the values in the source, and every job's error with the fitted
+values (kept in fit.json).
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from distbench.job import Job  # noqa: E402
 
 EVENING = HERE.parent / "2026-11-27_readme_grids" / "evening"
 FIT = [HERE / "fit"]
+MORNING = HERE.parent / "2026-11-27_readme_grids"
 CHECK = {
     "mb8": [HERE / "check_mb8"],
     "plan_vs_measured": [HERE / "check_pvm"],
     "readme_grids": [EVENING / g for g in ("A_rerun", "A", "B")],
+    "readme_grids_morning": [MORNING / g for g in ("A", "B")],
 }
 TARGET_PCT = 15.0
 # One column per constant: (its name in figures.memory, the key of a per-engine dict or None).

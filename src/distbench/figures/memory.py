@@ -152,7 +152,9 @@ def heap_activation_bytes(
 ) -> float:
     """One micro-batch's activation terms whose tensors come from glibc's heap: those whose
     typical tensor (`tensor_bytes` by term; a layer's widest activation, the fp32 logits, a
-    weight's gradient) is under GLIBC_MMAP_THRESHOLD_MAX_BYTES."""
+    weight's gradient) is under GLIBC_MMAP_THRESHOLD_MAX_BYTES. A rough cut: each term is all
+    or nothing (a layer's narrower tensors go with its widest; eager attention's scores are not
+    sized apart), so the retained bytes step down where a term's tensor crosses 32 MiB."""
     return sum(
         v
         for k, v in micro_batch_terms.items()

@@ -26,9 +26,10 @@ hooks; ZeRO-3's are probed apart on a GPU, workloads/train/engine_probe.py), aut
 Cached in step_parts.json of the probes' cache folder (probes/cache.py), keyed by host, device
 name, dtype, model shape, batch shape and (CPU) the rank's threads: the cores the launcher gives
 each rank (OMP_NUM_THREADS = cores // ranks on the machine); `--force` measures again. A
-measurement taken while other tasks wanted the cores its threads run on (probes/host_load.py's
+measurement started while other tasks wanted the cores its threads run on (probes/host_load.py's
 rule for a job's start) is another machine's: it is returned with `busy_host` saying why, used by
-the job that asked, and not cached, so the next job measures again.
+the process that asked (every layout of one `distbench plan`), and not cached, so the next job
+measures again. Load that arrives after the timing started is not seen.
 
     python -m distbench.probes.step_parts --device cuda --dtype bf16 \\
         --model-json '{"name": "llama_1b", ...}' --micro-batch-size 4 --seq-len 512
@@ -205,6 +206,9 @@ def busy_host_reason(
 
 # cache key -> why its measurement failed (runner.once): not retried for each layout
 _FAILED: dict[str, str] = {}
+# cache key -> figures measured on a busy host: not cached, but not measured again for each
+# layout of one `distbench plan` either
+_BUSY: dict[str, dict[str, Any]] = {}
 
 
 def measured_step_parts(
@@ -222,7 +226,7 @@ def measured_step_parts(
     distbench.probes.step_parts` subprocess (it caches them). Raises runner.NotMeasured under
     cache_only() without an entry, runner.ProbeFailed when the probe failed (now or before)."""
     key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
-    figures = cache.cached_entry(CACHE_FILE, key, is_step_parts)
+    figures = cache.cached_entry(CACHE_FILE, key, is_step_parts) or _BUSY.get(key)
     if figures is None:
         args = ["-m", MODULE, "--device", device, "--dtype", dtype]
         args += ["--model-json", json.dumps(dataclasses.asdict(model_cfg))]
@@ -238,10 +242,11 @@ def measured_step_parts(
             )
         figures = runner.once(_FAILED, key, lambda: _probed(args, env, timeout_s))
         if figures.get("busy_host"):
+            _BUSY[key] = figures
             print(
-                f"distbench: the host was busy while the step parts were timed "
-                f"({figures['busy_host']}): this job's prediction uses them, the cache does "
-                "not keep them",
+                f"distbench: the host was busy when the step parts' timing started "
+                f"({figures['busy_host']}): this process's predictions of that shape use them, "
+                "the cache does not keep them",
                 file=sys.stderr,
                 flush=True,
             )
