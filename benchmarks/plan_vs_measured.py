@@ -10,7 +10,7 @@ own resolved.yaml (`Job.load`: the exact config its ranks ran, hardware figures 
 measured peak = `peak_mem_gib` (CPU: the largest rank's peak RSS during the steps; GPU: CUDA
 max allocated), measured step = `step_time_s_p50`. Targets (issue 13): memory within 15 %, step
 time within 30 % for every job. The prediction never reads the job's measurements; the CPU
-memory constants (figures.memory.CPU_RUNTIME_GIB and the three beside it) were fitted on another
+memory constants (figures.cpu_rss.CPU_RUNTIME_GIB and the three beside it) were fitted on another
 grid on this host (benchmarks/cpu_runs/2026-11-27_memory_fit/): on CPU the memory figure is a
 same-host check.
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from distbench.compose.schema import HardwareConfig
-from distbench.figures import memory, step_time
+from distbench.figures import cpu_rss, step_time
 from distbench.figures.activations import activation_bytes_per_layer, logits_bytes
 from distbench.figures.communication import dp_comm_bytes, pp_comm_bytes, tp_comm_bytes
 from distbench.figures.job_terms import zero_equivalent_stage
@@ -261,9 +261,9 @@ def test_pred_vs_measured_adds_the_cpu_runtime_and_gives_relative_errors():
     pred = predict(job)
     out = pred_vs_measured(job, {"peak_mem_gib": 0.73, "step_time_s_p50": 1.03})
     expected_mem = pred.mem.total / GIB
-    runtime = memory.CPU_RUNTIME_GIB[job.engine] + memory.CPU_COMM_RUNTIME_GIB[job.engine]
+    runtime = cpu_rss.CPU_RUNTIME_GIB[job.engine] + cpu_rss.CPU_COMM_RUNTIME_GIB[job.engine]
     assert pred.mem.terms["runtime"] == pytest.approx(runtime * GIB)  # 2 ranks: they communicate
-    retained = memory.CPU_HEAP_RETENTION_OF_ACTIVATIONS * pred.mem.activations
+    retained = cpu_rss.CPU_HEAP_RETENTION_OF_ACTIVATIONS * pred.mem.activations
     assert pred.mem.runtime == pytest.approx(runtime * GIB + retained)  # dp: nothing sharded
     assert out["pred_peak_mem_gib"] == pytest.approx(expected_mem)
     assert out["mem_pred_rel_err"] == pytest.approx((expected_mem - 0.73) / 0.73)

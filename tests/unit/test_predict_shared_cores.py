@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from distbench.figures import memory
+from distbench.figures import cpu_rss
 from distbench.figures.communication import ring_all_reduce_bytes, ring_gather_bytes
 from distbench.figures.job_terms import device_flops_per_token, device_shard
 from distbench.figures.metrics import GIB
@@ -85,7 +85,7 @@ def test_the_last_pipeline_stage_sets_the_step_and_the_others_the_bubble():
 
 
 def test_a_cpu_ranks_rss_keeps_one_micro_batchs_heap_activations_and_sharding_adds_some():
-    fraction = memory.CPU_HEAP_RETENTION_OF_ACTIVATIONS
+    fraction = cpu_rss.CPU_HEAP_RETENTION_OF_ACTIVATIONS
     # batch=medium: tiny's fp32 logits are 4 x 512 x 8192 x 4 B = 64 MiB, their own mmap (not
     # kept); at 2 x 128 (8 MiB) they come from the heap like the layers' activations
     for batch, logits_kept in (([], False), (["batch=small"], True)):
@@ -97,7 +97,7 @@ def test_a_cpu_ranks_rss_keeps_one_micro_batchs_heap_activations_and_sharding_ad
             heap = mem.activations - (0 if logits_kept else mem.terms["activations_logits"])
             assert mem.terms["cpu_heap_retained"] == pytest.approx(fraction * heap)
         assert "cpu_sharded_runtime" not in dp.terms
-        assert zero3.terms["cpu_sharded_runtime"] == memory.CPU_SHARDED_RUNTIME_GIB * GIB
+        assert zero3.terms["cpu_sharded_runtime"] == cpu_rss.CPU_SHARDED_RUNTIME_GIB * GIB
         process = ("runtime", "cpu_heap_retained", "cpu_sharded_runtime")
         assert zero3.runtime == pytest.approx(sum(zero3.terms[k] for k in process))
     # a pipeline stage holds several micro-batches' activations; the heap keeps one's share
@@ -113,14 +113,14 @@ def test_a_cpu_ranks_rss_keeps_one_micro_batchs_heap_activations_and_sharding_ad
 
 def test_only_tensors_under_glibcs_largest_mmap_threshold_come_from_its_heap():
     terms = {"activations_layers": 5.0, "activations_logits": 7.0, "backward_grad_transient": 1.0}
-    limit = memory.GLIBC_MMAP_THRESHOLD_MAX_BYTES
+    limit = cpu_rss.GLIBC_MMAP_THRESHOLD_MAX_BYTES
     small = {"layer": limit - 1, "activations_logits": limit - 1, "backward_grad_transient": 1}
-    assert memory.heap_activation_bytes(terms, small) == 13.0
+    assert cpu_rss.heap_activation_bytes(terms, small) == 13.0
     big_logits = {**small, "activations_logits": limit}
-    assert memory.heap_activation_bytes(terms, big_logits) == 6.0
+    assert cpu_rss.heap_activation_bytes(terms, big_logits) == 6.0
     # a term without its own tensor size is a layer's (activations_recompute, ...)
     wide_layers = {**small, "layer": 2 * limit}
-    assert memory.heap_activation_bytes(terms, wide_layers) == 8.0
+    assert cpu_rss.heap_activation_bytes(terms, wide_layers) == 8.0
 
 
 def test_a_ring_across_nodes_runs_at_the_nodes_nics_a_pipeline_send_at_one():

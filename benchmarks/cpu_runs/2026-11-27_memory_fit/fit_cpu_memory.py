@@ -1,4 +1,4 @@
-"""The CPU memory constants of figures/memory.py, fitted together on one grid and checked on
+"""The CPU memory constants of figures/cpu_rss.py, fitted together on one grid and checked on
 others: CPU_RUNTIME_GIB and CPU_COMM_RUNTIME_GIB (per engine), CPU_SHARDED_RUNTIME_GIB and
 CPU_HEAP_RETENTION_OF_ACTIVATIONS, from the job dirs kept here (resolved.yaml + outcome.json).
 
@@ -31,7 +31,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "src"))
 
-from distbench.figures import memory  # noqa: E402
+from distbench.figures import cpu_rss as memory  # noqa: E402  (the constants fitted here)
 from distbench.figures.metrics import GIB  # noqa: E402
 from distbench.figures.predict import predict  # noqa: E402
 from distbench.job import Job  # noqa: E402

@@ -25,7 +25,8 @@ from distbench.figures.communication import (
     comm_s_per_group,
     resolve_links,
 )
-from distbench.figures.memory import Memory, cpu_runtime_bytes, memory_per_device
+from distbench.figures.cpu_rss import cpu_runtime_bytes
+from distbench.figures.memory import Memory, memory_per_device
 from distbench.figures.metrics import (
     BYTES_PER_DTYPE,
     device_train_flops_per_token,
