@@ -9,6 +9,7 @@ CPU prediction (the measured CPU peak is VmHWM, the whole process); a GPU predic
 
 from __future__ import annotations
 
+from distbench.figures.activations import logits_bytes
 from distbench.figures.metrics import GIB
 
 # Process RSS of a CPU rank that is not model states or activations: the interpreter, torch,
@@ -59,16 +60,32 @@ def heap_activation_bytes(
     )
 
 
-def cpu_process_terms(
-    device_is_host: bool, zero_stage: int, dp: int, heap_activations: float
+def activation_tensor_bytes(
+    tokens: int,
+    hidden_size: int,
+    intermediate_size: int,
+    vocab_size: int,
+    largest_matrix: int,
+    tp: int,
+    dtype_bytes: int,
 ) -> dict[str, float]:
+    """The typical tensor of each activation term, what `heap_activation_bytes` sizes against
+    glibc's threshold: a layer's widest activation ("layer", every term without its own entry),
+    the loss's fp32 logits (activations.logits_bytes; DeepSpeed AutoTP keeps the head whole) and
+    a weight's gradient."""
+    return {
+        "layer": tokens * max(hidden_size, intermediate_size / tp) * dtype_bytes,
+        "activations_logits": logits_bytes(tokens, 1, vocab_size),
+        "backward_grad_transient": dtype_bytes * largest_matrix / tp,
+    }
+
+
+def cpu_process_terms(zero_stage: int, dp: int, heap_activations: float) -> dict[str, float]:
     """What a CPU rank's peak RSS holds beyond its tensors and runtime: cpu_sharded_runtime
     (CPU_SHARDED_RUNTIME_GIB) when its engine shards states over dp > 1 (ZeRO-1+, FSDP as its
     zero-equivalent stage 3), and cpu_heap_retained (CPU_HEAP_RETENTION_OF_ACTIVATIONS of one
-    micro-batch's heap-allocated activations, `heap_activation_bytes`); none on a GPU (CUDA max
-    allocated counts live tensors only)."""
-    if not device_is_host:
-        return {}
+    micro-batch's heap-allocated activations, `heap_activation_bytes`). A GPU rank has neither
+    (CUDA max allocated counts live tensors only): the caller adds them on CPU only."""
     terms = {"cpu_heap_retained": CPU_HEAP_RETENTION_OF_ACTIVATIONS * heap_activations}
     if dp > 1 and zero_stage >= 1:
         terms["cpu_sharded_runtime"] = CPU_SHARDED_RUNTIME_GIB * GIB

@@ -45,7 +45,11 @@ from distbench.figures.activations import (
     pipeline_logits_held_bytes,
 )
 from distbench.figures.alive import grads_freed_between_steps, when_alive
-from distbench.figures.cpu_rss import cpu_process_terms, heap_activation_bytes
+from distbench.figures.cpu_rss import (
+    activation_tensor_bytes,
+    cpu_process_terms,
+    heap_activation_bytes,
+)
 from distbench.figures.metrics import BYTES_PER_DTYPE, GIB
 from distbench.figures.model_states import StateTerm, engine_state_terms, state_term_bytes
 from distbench.figures.params import ParamSplit, params_per_model_shard
@@ -448,15 +452,18 @@ def memory_per_device(
     activations = sum(alive.acts.values())
     process_terms = {}
     if device_is_host:  # a pipeline stage holds several micro-batches; the heap churns one
-        tokens = seq_len * micro_batch_size
-        tensor_bytes = {
-            "layer": tokens * max(hidden_size, shape["intermediate_size"] / layout.tp) * w,
-            "activations_logits": tokens * vocab_size * 4,  # upcast to fp32 for the loss
-            "backward_grad_transient": w * split.largest_matrix / layout.tp,
-        }
+        tensor_bytes = activation_tensor_bytes(
+            seq_len * micro_batch_size,
+            hidden_size,
+            shape["intermediate_size"],
+            vocab_size,
+            split.largest_matrix,
+            layout.tp,
+            w,
+        )
         micro_batch = activation_terms(split, layout, grad_accum_steps=1, **shape)
         heap = heap_activation_bytes(micro_batch, tensor_bytes)
-        process_terms = cpu_process_terms(device_is_host, stage, layout.dp, heap)
+        process_terms = cpu_process_terms(stage, layout.dp, heap)
     runtime_terms = {"runtime": runtime_bytes, **process_terms}
     return Memory(
         activations=activations,
