@@ -31,7 +31,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "src"))
 
-from distbench.figures import cpu_rss as memory  # noqa: E402  (the constants fitted here)
+from distbench.figures import cpu_rss  # noqa: E402
 from distbench.figures.metrics import GIB  # noqa: E402
 from distbench.figures.predict import predict  # noqa: E402
 from distbench.job import Job  # noqa: E402
@@ -46,7 +46,7 @@ CHECK = {
     "readme_grids_morning": [MORNING / g for g in ("A", "B")],
 }
 TARGET_PCT = 15.0
-# One column per constant: (its name in figures.memory, the key of a per-engine dict or None).
+# One column per constant: (its name in figures.cpu_rss, the key of a per-engine dict or None).
 COLUMNS = (
     ("CPU_RUNTIME_GIB", "torch"),
     ("CPU_RUNTIME_GIB", "deepspeed"),
@@ -58,15 +58,15 @@ COLUMNS = (
 
 
 def set_constants(values: list[float]) -> None:
-    """figures.memory's constants set to `values` in COLUMNS' order."""
+    """figures.cpu_rss's constants set to `values` in COLUMNS' order."""
     for name in {n for n, _ in COLUMNS}:
-        if isinstance(getattr(memory, name), dict):
-            setattr(memory, name, {})
+        if isinstance(getattr(cpu_rss, name), dict):
+            setattr(cpu_rss, name, {})
     for (name, key), value in zip(COLUMNS, values, strict=True):
         if key is None:
-            setattr(memory, name, value)
+            setattr(cpu_rss, name, value)
         else:
-            getattr(memory, name)[key] = value
+            getattr(cpu_rss, name)[key] = value
 
 
 def predicted_gib(job: Job, values: list[float]) -> float:
@@ -113,8 +113,8 @@ def within(errs: dict[str, float]) -> str:
 
 
 def main() -> None:
-    in_source = [float(getattr(memory, n)[k] if k else getattr(memory, n)) for n, k in COLUMNS]
-    saved = {n: getattr(memory, n) for n, _ in COLUMNS}
+    in_source = [float(getattr(cpu_rss, n)[k] if k else getattr(cpu_rss, n)) for n, k in COLUMNS]
+    saved = {n: getattr(cpu_rss, n) for n, _ in COLUMNS}
     saved = {n: dict(v) if isinstance(v, dict) else v for n, v in saved.items()}
     fit_rows = jobs(FIT)
     bases, columns = zip(*(design(job) for _, job, _ in fit_rows), strict=True)
@@ -133,7 +133,7 @@ def main() -> None:
         report[f"{label}_err_pct"] = errors(rows, fitted)
         report[f"{label}_within_15pct"] = within(report[f"{label}_err_pct"])
     for name, value in saved.items():
-        setattr(memory, name, value)
+        setattr(cpu_rss, name, value)
     print(json.dumps(report, indent=1))
 
 
