@@ -79,7 +79,9 @@ def test_compiled_checkpointed_layers_on_the_torch_engine_are_timed_apart(tmp_pa
     result = json.loads((tmp_path / "compiled" / "result.json").read_text())
     compiling, timed = result["step_times_s"]  # the warm-up step compiled, the timed one ran
     assert data.metrics["step_time_s_p50"] == pytest.approx(timed)
-    assert data.metrics["compile_time_s"] == pytest.approx(compiling - timed)
+    # never negative: on a loaded host the timed step can outlast the compiling one (CI, 2026-11-27:
+    # 11.1 s compiling, 12.7 s timed), and compile_time_s is then 0, not a negative duration
+    assert data.metrics["compile_time_s"] == pytest.approx(max(0.0, compiling - timed))
     # what compiled is counted, not timed: the warm-up step compiled, the timed one ran cached
     # graphs (a step time on a shared host can be 15x a quiet host's; a count is not)
     assert result["ranks"][0]["compile_events_per_step"][0] > 0
