@@ -118,7 +118,7 @@ def kill_and_wait_for_the_ranks(sweep: subprocess.Popen, sweep_dir: Path, job_di
     shm_files = f"*_127.0.0.1_{port.split('=')[1]}_*"  # DeepSpeed's, 66 MB a rank
     sweep.send_signal(signal.SIGKILL)
     sweep.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a deadline only: a loaded host can be slow to reap
     while time.monotonic() < deadline and (
         processes_mentioning(str(sweep_dir)) or list(Path("/dev/shm").glob(shm_files))
     ):

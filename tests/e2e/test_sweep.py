@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import mlflow
 import pytest
@@ -129,9 +128,7 @@ def test_the_readme_sweep_lands_one_parent_and_six_finished_children(readme_swee
 
 
 def test_a_single_invalid_run_exits_nonzero_with_one_line_and_no_traceback(tmp_path):
-    start = time.monotonic()
-    proc = run_py(["strategy=tp", "world_size=3", "model=tiny"], tmp_path, timeout_s=60)
-    assert time.monotonic() - start < 15
+    proc = run_py(["strategy=tp", "world_size=3", "model=tiny"], tmp_path, timeout_s=120)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip().splitlines() == [
@@ -139,3 +136,4 @@ def test_a_single_invalid_run_exits_nonzero_with_one_line_and_no_traceback(tmp_p
         "use a world_size that is a multiple of 2"
     ]
     assert not (tmp_path / "mlflow.db").exists()  # nothing was started
+    assert not list(tmp_path.rglob("workers.stdout.log"))  # refused before any rank launched

@@ -59,7 +59,7 @@ def test_ui_prints_its_url_once_it_answers_and_stops_cleanly(tmp_path):
                 break
         assert url in seen[-1] and "ready" in seen[-1], "".join(seen)[-2000:]
         # the moment the URL is printed, the server answers: one request, no retry
-        health = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+        health = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=60)
         assert health.status == 200
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).status == 200
         assert not any(url in line for line in seen[:-1])  # no URL before it is up

@@ -110,7 +110,13 @@ def test_a_live_run_left_running_when_the_store_went_down_is_filled_by_sync_as_o
         for i, stamp in enumerate(stamps):
             line = {"phase": "timed", "step": i + 1, "num_steps": 3, "step_time_s": 0.1 * (i + 1)}
             f.write(json.dumps({**line, "time_unix_s": stamp}) + "\n")
-    time.sleep(1.5)  # a system metrics sample
+    # MLflow's SystemMetricsMonitor bumps _logging_step once a sample is queued; stop() flushes
+    # it. A fixed sleep raced the sampler thread on a loaded host.
+    monitor = live._monitor
+    assert monitor is not None
+    deadline = time.monotonic() + 60
+    while monitor._logging_step == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
     live.stop()
     streamed = client.get_metric_history(live.run_id, "progress/step_time_s")
     assert [m.timestamp for m in streamed] == [int(s * 1000) for s in stamps]

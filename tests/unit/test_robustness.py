@@ -27,11 +27,11 @@ pytestmark = pytest.mark.unit
 LIMITS = SimpleNamespace(startup_timeout_s=30.0, stall_timeout_s=10.0, max_mem_gib=None)
 
 
-def beat(job_dir, rank, step, age_s):
+def beat(job_dir, rank, step, age_s, now=None):
     path = job_dir / "heartbeat" / f"rank{rank}"
     path.parent.mkdir(exist_ok=True)
     path.write_text(str(step))
-    then = time.time() - age_s
+    then = (time.time() if now is None else now) - age_s
     os.utime(path, (then, then))
 
 
@@ -40,8 +40,9 @@ def test_fresh_heartbeats_are_fine_and_a_stale_one_is_a_timeout(tmp_path):
     beat(tmp_path, 0, 4, age_s=1)
     beat(tmp_path, 1, 4, age_s=2)
     assert dog.check_heartbeats(time.time()) is None
-    beat(tmp_path, 1, 3, age_s=15)
-    kind, reason = dog.check_heartbeats(time.time())
+    now = time.time()  # one clock reading: the reported age is exactly 15 s, however slow
+    beat(tmp_path, 1, 3, age_s=15, now=now)
+    kind, reason = dog.check_heartbeats(now)
     assert kind == "timeout" and reason.startswith("no progress for 15 s on rank 1")
     assert "last heartbeat at step 3" in reason
 
