@@ -36,6 +36,10 @@ predicts peak × efficiency instead, `--time-source auto` takes whatever is cach
 measured parts also gets `time_err_pct_efficiency`: the same job predicted by the efficiency
 model, side by side.
 
+`--repredict-measured` predicts kept CPU jobs from step parts measured now on this machine,
+whatever time source they ran with (a first sweep runs under `auto` with nothing cached: the
+efficiency model): what the sweep would have predicted after a `distbench plan`.
+
 `--keep` keeps the work folder (its path is printed) so `--repredict` can re-predict the same
 measurements after a change to the model; `--repredict` takes several folders, a sweep's
 hydra.sweep.dir too (its numbered job dirs are named model-strategy-wsN), e.g. the README's CPU
@@ -78,6 +82,7 @@ from distbench.figures.pred_error import PRED_ERROR_TARGET_PCT  # noqa: E402
 from distbench.figures.predict import pred_vs_measured  # noqa: E402
 from distbench.figures.sweep_accuracy import sweep_accuracy  # noqa: E402
 from distbench.job import Job  # noqa: E402
+from distbench.workloads.train.prepare import with_step_parts  # noqa: E402
 
 MEM_TARGET_PCT = PRED_ERROR_TARGET_PCT["mem"]
 TIME_TARGET_PCT = PRED_ERROR_TARGET_PCT["time"]
@@ -133,8 +138,9 @@ def run_job(name: str, overrides: list[str], work: Path, steps: list[str], env: 
     return job_dir
 
 
-def compare(job_dir: Path) -> dict[str, Any]:
-    """Predicted vs measured for one finished job dir (outcome.json + resolved.yaml)."""
+def compare(job_dir: Path, measure_parts: bool = False) -> dict[str, Any]:
+    """Predicted vs measured for one finished job dir (outcome.json + resolved.yaml);
+    `measure_parts`: with step parts measured now (time_source=measured), whatever it ran with."""
     row: dict[str, Any] = {"job": job_dir.name}
     outcome_file = job_dir / "outcome.json"
     if not outcome_file.exists():
@@ -154,6 +160,8 @@ def compare(job_dir: Path) -> dict[str, Any]:
     if job.device == "cpu" and job.measured.host_cores is None and metrics.get("host_cores"):
         # a job dir written before Measurements.host_cores: the cores of the host it ran on
         job = job.with_measured(host_cores=int(metrics["host_cores"]))
+    if measure_parts and job.device == "cpu":  # this machine's CPU: the one the job ran on
+        job = with_step_parts(job.with_hardware(time_source="measured"))
     pred = pred_vs_measured(job, metrics)
     row.update(
         precision=job.precision,
@@ -269,6 +277,12 @@ def parse_args() -> argparse.Namespace:
         nargs="+",
         help="kept work folders (or sweep dirs: hydra.sweep.dir): predict, run nothing",
     )
+    parser.add_argument(
+        "--repredict-measured",
+        action="store_true",
+        help="with --repredict: CPU jobs predicted from step parts measured now "
+        "(time_source=measured; probes/step_parts.py, cached), whatever they ran with",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument(
         "--measured-links",
@@ -314,7 +328,7 @@ def main() -> None:
         if args.time_source:
             jobs = [(name, [*o, f"hardware.time_source={args.time_source}"]) for name, o in jobs]
         job_dirs = [run_job(name, overrides, work, steps, env) for name, overrides in jobs]
-    rows = with_common_factor([compare(d) for d in job_dirs])
+    rows = with_common_factor([compare(d, args.repredict_measured) for d in job_dirs])
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     command = "python benchmarks/plan_vs_measured.py " + " ".join(sys.argv[1:])
     header = f"plan vs measured, {stamp}, `{command.strip()}`"

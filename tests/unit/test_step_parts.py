@@ -121,6 +121,42 @@ def test_this_cpu_is_measured_once_and_then_read_from_the_cache(tmp_path, monkey
     assert 0.1 < first["measured_mem_bandwidth_gbps"] < 1000
     traced = trace.trace_micro_batch(cfg, "fp32", 1, 32)
     assert first["kernels_per_micro_batch"] == traced.num_kernels
+    # on a CPU the parts add up to the bare model's micro-batch, timed whole at its shape
+    parts_s = sum(first[k] for k in STEP_PARTS_FIELDS if k.startswith("micro_batch_"))
+    assert parts_s == pytest.approx(first["micro_batch_direct_s"], rel=1e-9)
+    assert first["cpu_direct_over_parts"] == pytest.approx(
+        first["micro_batch_direct_s"] / first["micro_batch_priced_s"]
+    )
+    assert again["cpu_direct_over_parts"] == first["cpu_direct_over_parts"]
+    assert first["direct_probe_layers"] == cfg.num_layers  # run whole: a second or less
+    # the job's measured parts carry the factor (resolved.yaml's `measured`, the params)
+    measured = MeasuredParts.from_figures(first).measured_fields()
+    assert measured["cpu_direct_over_parts"] == first["cpu_direct_over_parts"]
+
+
+def test_a_micro_batch_too_slow_or_too_large_for_this_cpu_is_priced_not_run():
+    """The whole-micro-batch timing runs the model: a 70B one is left to its parts."""
+    cfg = _model(["model=llama3_70b"])
+    slow = step_parts.cpu_direct_figures(cfg, "bf16", (1, 8192), priced_s=(10.0, 20.0))
+    assert slow == {"cpu_direct_skipped": "one layer is priced 10.0 s a micro-batch"}
+    assert step_parts.direct_probe_bytes(cfg, "bf16", (1, 8192)) > 140 * 2**30  # its weights
+    # priced as fast (what it is not), its 80 layers would still not fit in this memory
+    large = step_parts.cpu_direct_figures(cfg, "bf16", (1, 8192), priced_s=(1e-3, 2e-3))
+    assert set(large) == {"cpu_direct_skipped"} and large["cpu_direct_skipped"].startswith("needs")
+
+
+def test_the_direct_probe_runs_the_most_layers_priced_within_its_budget():
+    assert step_parts.direct_probe_layers((1.0, 1.5), 4, budget_s=5.0) == 4  # 2.5 s whole
+    assert step_parts.direct_probe_layers((1.0, 2.0), 16, budget_s=5.0) == 5  # 5 layers: 5 s
+    assert step_parts.direct_probe_layers((6.0, 12.0), 4, budget_s=5.0) == 0
+
+
+def test_the_direct_probe_counts_weights_gradients_activations_and_logits():
+    cfg = _model(["model=tiny"])
+    small, longer = (step_parts.direct_probe_bytes(cfg, "fp32", (1, s)) for s in (128, 256))
+    weights_and_grads = 2 * 4 * param_split(cfg).total
+    # activations and logits grow with the tokens; the weights do not
+    assert longer - small == pytest.approx(small - weights_and_grads)
 
 
 def test_parts_timed_on_a_busy_host_serve_the_job_but_are_not_cached(tmp_path, monkeypatch):

@@ -33,6 +33,9 @@ class MeasuredParts:
     # release hooks) and its optimizer step, at the model's depth; None: not probed
     micro_batch_engine_host_s: float | None = None
     engine_step_s: float | None = None
+    # on a CPU: the bare model's micro-batch run whole over the parts as priced, by which the
+    # four micro_batch_* parts above are already scaled (probes/step_parts.py); None: not run
+    cpu_direct_over_parts: float | None = None
 
     @classmethod
     def from_figures(cls, figures: dict[str, Any]) -> MeasuredParts:
@@ -42,7 +45,8 @@ class MeasuredParts:
         bad = sorted(k for k, v in values.items() if not isinstance(v, Real))
         if bad:
             raise TypeError(f"measured parts without a number for {bad}")
-        return cls(**values)
+        scale = figures.get(CPU_DIRECT_FIELD)
+        return cls(**values, cpu_direct_over_parts=scale if isinstance(scale, Real) else None)
 
     def with_engine(self, engine_host_s: float, engine_step_s: float) -> MeasuredParts:
         return dataclasses.replace(
@@ -57,8 +61,11 @@ class MeasuredParts:
 
 # What `hardware.time_source=measured` fills from the step parts, and from an engine probe.
 ENGINE_PARTS_FIELDS = ("micro_batch_engine_host_s", "engine_step_s")
+CPU_DIRECT_FIELD = "cpu_direct_over_parts"  # optional: only where a CPU micro-batch was run
 STEP_PARTS_FIELDS = tuple(
-    f.name for f in dataclasses.fields(MeasuredParts) if f.name not in ENGINE_PARTS_FIELDS
+    f.name
+    for f in dataclasses.fields(MeasuredParts)
+    if f.name not in (*ENGINE_PARTS_FIELDS, CPU_DIRECT_FIELD)
 )
 
 
@@ -99,6 +106,7 @@ class Measurements:
     measured_mem_bandwidth_gbps: float | None = None
     micro_batch_engine_host_s: float | None = None
     engine_step_s: float | None = None
+    cpu_direct_over_parts: float | None = None
     time_calibration_error: str | None = None
     # the CPU cores this machine's ranks share (probes/detect.py num_cpu_cores; a CPU device
     # only): the planner prices ranks × threads beyond them (step_time.cpu_oversubscription)

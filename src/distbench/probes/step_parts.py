@@ -16,7 +16,10 @@ The parts, for one micro-batch (forward + backward, the optimizer apart):
 - **the host**: the same model cut to 2 layers, run on the device at 1 × 16 tokens (too small to
   keep a GPU busy), timed per traced kernel: what Python, autograd and the dispatcher cost per
   kernel launched. On a GPU a micro-batch takes the longer of its device time and its host time
-  (the host queues kernels ahead, the device runs them); on a CPU the two add up.
+  (the host queues kernels ahead, the device runs them); on a CPU the two add up;
+- **on a CPU, the whole micro-batch**: the bare model run at the job's shape; every part is
+  scaled by its time over the priced sum (`cpu_direct_over_parts`), since kernels timed one at a
+  time, hot in cache, miss what a real step pays (`cpu_direct_figures`).
 
 device_s = Σ GEMM time at its timed shape + Σ attention time at its timed shape
          + Σ max(bytes / bandwidth, kernel floor) of the rest;
@@ -49,7 +52,7 @@ from typing import Any
 from distbench.compose.schema import ModelConfig
 from distbench.probes import cache, host_load, runner
 from distbench.probes.detect import num_cpu_cores
-from distbench.probes.parts import MeasuredParts, is_step_parts
+from distbench.probes.parts import CPU_DIRECT_FIELD, MeasuredParts, is_step_parts
 from distbench.probes.timing import (
     HOST_PROBE_TOKENS,
     attention_seconds,
@@ -63,7 +66,9 @@ from distbench.probes.trace import Trace, gemm_flops, trace_micro_batch
 
 MODULE = "distbench.probes.step_parts"  # run as a subprocess: python -m MODULE
 CACHE_FILE = "step_parts.json"
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: CPU parts scaled to the directly timed micro-batch
+# the longest a CPU micro-batch run whole may be priced at (cpu_direct_figures runs it 4 times)
+DIRECT_PROBE_RUN_S = 5.0
 
 
 def device_seconds(
@@ -136,6 +141,16 @@ def time_step_parts(
     gemm_flops_total = extrapolate(
         *(sum(c * gemm_flops(s) for s, c in traces[n].gemms.items()) for n in (1, 2)), layers
     )
+    gemm_tflops = gemm_flops_total / gemm_total / 1e12 if gemm_total else None
+    direct: dict[str, Any] = {}
+    if device == "cpu":
+        priced_s = tuple(sum(parts[n]) + traces[n].num_kernels * host_per_kernel for n in (1, 2))
+        direct = cpu_direct_figures(model_cfg, dtype, (micro_batch_size, seq_len), priced_s)
+    scale = direct.get(CPU_DIRECT_FIELD) or 1.0
+    gemm_total, attention_total, other_total = (
+        scale * t for t in (gemm_total, attention_total, other_total)
+    )
+    host_per_kernel *= scale
     return {
         "micro_batch_gemm_s": gemm_total,
         "micro_batch_attention_s": attention_total,
@@ -145,9 +160,80 @@ def time_step_parts(
         "host_us_per_kernel": host_per_kernel * 1e6,
         "kernel_floor_us": rates[3] * 1e6,
         "measured_mem_bandwidth_gbps": rates[2],
-        "gemm_tflops_at_shapes": gemm_flops_total / gemm_total / 1e12 if gemm_total else None,
+        "gemm_tflops_at_shapes": gemm_tflops,  # as timed, before cpu_direct_over_parts
         "torch_version": torch.__version__,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **direct,
+    }
+
+
+def direct_probe_bytes(model_cfg: ModelConfig, dtype: str, tokens: tuple[int, int]) -> float:
+    """What the bare model's micro-batch holds at its peak: weights and gradients, every
+    layer's saved activations and the loss's fp32 logits (figures/activations.py)."""
+    from distbench.figures.activations import hf_activation_bytes_per_layer, loss_logits_bytes
+    from distbench.figures.metrics import BYTES_PER_DTYPE
+    from distbench.figures.params import param_split
+
+    micro_batch_size, seq_len = tokens
+    dtype_bytes = BYTES_PER_DTYPE[dtype]
+    layer = hf_activation_bytes_per_layer(
+        model_cfg.family,
+        seq_len,
+        micro_batch_size,
+        model_cfg.hidden_size,
+        model_cfg.intermediate_size,
+        model_cfg.num_heads,
+        dtype_bytes=dtype_bytes,
+        attention_scores_stored=model_cfg.attn_implementation == "eager",
+    )
+    weights_and_grads = 2 * dtype_bytes * param_split(model_cfg).total
+    logits = loss_logits_bytes(seq_len, micro_batch_size, model_cfg.vocab_size)
+    return weights_and_grads + model_cfg.num_layers * layer + logits
+
+
+def direct_probe_layers(
+    priced_s: tuple[float, float], num_layers: int, budget_s: float = DIRECT_PROBE_RUN_S
+) -> int:
+    """The most layers (up to the model's) whose micro-batch is priced within `budget_s`, from
+    its price at 1 and 2 layers; 0 when one layer is over it."""
+    at_1, at_2 = priced_s
+    if at_1 > budget_s:
+        return 0
+    per_layer = at_2 - at_1
+    if per_layer <= 0:
+        return num_layers
+    return min(num_layers, 1 + int((budget_s - at_1) / per_layer))
+
+
+def cpu_direct_figures(
+    model_cfg: ModelConfig, dtype: str, tokens: tuple[int, int], priced_s: tuple[float, float]
+) -> dict[str, Any]:
+    """On a CPU the kernels timed one at a time, hot in cache, price a micro-batch below what
+    the model runs in (fresh allocations, first-touch page faults, operands from memory): 1.2x
+    below on this VM's evenings (benchmarks/cpu_runs/README.md). The bare model, at its depth or
+    cut to what `direct_probe_layers` allows in DIRECT_PROBE_RUN_S, is run at the job's
+    micro-batch, and its time over its priced one (`priced_s`: at 1 and 2 layers) scales every
+    part (`cpu_direct_over_parts`). Skipped (`cpu_direct_skipped`, the parts as priced) where
+    one layer is priced over that budget or the micro-batch would take over half the memory
+    available now."""
+    from distbench.probes.timing import micro_batch_seconds
+
+    layers = direct_probe_layers(priced_s, model_cfg.num_layers)
+    if not layers:
+        return {"cpu_direct_skipped": f"one layer is priced {priced_s[0]:.1f} s a micro-batch"}
+    model = dataclasses.replace(model_cfg, num_layers=layers)
+    needed = direct_probe_bytes(model, dtype, tokens)
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if needed > available / 2:
+        gib = 2**30
+        return {"cpu_direct_skipped": f"needs {needed / gib:.1f} of {available / gib:.1f} GiB free"}
+    direct_s = micro_batch_seconds(model, "cpu", dtype, tokens)
+    priced = extrapolate(*priced_s, layers)
+    return {
+        "direct_probe_layers": layers,
+        "micro_batch_direct_s": direct_s,
+        "micro_batch_priced_s": priced,
+        CPU_DIRECT_FIELD: direct_s / priced,
     }
 
 

@@ -1,7 +1,8 @@
 """The device's rates, timed: a GEMM at a traced shape, a fused attention call, a large copy's
 bandwidth, the shortest time a small kernel occupies the device, and the bare model's forward +
-backward (the host's time per kernel). Every timing is bracketed by a device sync; a GPU is
-warmed up first (an idle GPU starts at low clocks). probes/step_parts.py combines them.
+backward (the host's time per kernel; on a CPU also a whole micro-batch at the job's shape).
+Every timing is bracketed by a device sync; a GPU is warmed up first (an idle GPU starts at low
+clocks). probes/step_parts.py combines them.
 
     python -c "from distbench.probes.timing import copy_bandwidth_gbps; \
 print(copy_bandwidth_gbps('cpu'))"
@@ -19,6 +20,7 @@ from distbench.probes.trace import AttentionShape, gemm_flops
 
 HOST_PROBE_TOKENS = (1, 16)  # micro-batch size, seq_len of the host-time probe
 GEMM_TIMED_ITERS = 5
+MICRO_BATCH_TIMED_ITERS = 3  # a whole micro-batch: seconds each on a CPU
 # On a CPU a GEMM shape is timed with its first dimension cut so one call stays near this.
 CPU_GEMM_PROBE_FLOPS = 2e9
 WARM_UP_S = 2.0  # of GEMMs on a GPU before the first timing (warm_up)
@@ -166,6 +168,15 @@ def bare_forward_backward(
         model.zero_grad(set_to_none=True)
 
     return step
+
+
+def micro_batch_seconds(
+    model_cfg: ModelConfig, device: str, dtype: str, tokens: tuple[int, int]
+) -> float:
+    """Wall seconds of the bare model's forward + backward on one micro-batch of `tokens`
+    (micro-batch size, seq_len): the shortest of MICRO_BATCH_TIMED_ITERS after a warm-up."""
+    fn = bare_forward_backward(model_cfg, device, dtype, tokens)
+    return min(_timings_s(fn, device, iters=MICRO_BATCH_TIMED_ITERS))
 
 
 def host_seconds(model_cfg: ModelConfig, device: str, dtype: str) -> float:
