@@ -17,11 +17,12 @@ import pytest
 from distbench.compose import hardware
 from distbench.compose.schema import ConfigError
 from distbench.job import resolve_job
-from distbench.prepare import prepare_job
+from distbench.prepare import measured_after_run, prepare_job
 from distbench.probes import detect, runner, step_parts
 from distbench.probes.parts import STEP_PARTS_FIELDS
 from distbench.probes.runner import NOT_MEASURED_HERE
 from distbench.probes.threads import rank_threads
+from distbench.tracking.signature import run_signature
 from distbench.workloads.train.prepare import resolve_time_source
 from tests.conftest import CONF_DIR, compose_config
 
@@ -174,6 +175,36 @@ def test_distbench_resolve_writes_nothing_to_the_cache(tmp_path):
     assert shown["hardware"]["time_source"] == "efficiency"
     assert shown["measured"]["time_calibration_error"] == NOT_MEASURED_HERE
     assert list(cache.iterdir()) == []
+
+
+def test_after_its_ranks_a_run_under_auto_measures_what_it_did_not_wait_for(monkeypatch, tmp_path):
+    """prepare.measured_after_run: the job prepared on the efficiency model because nothing was
+    cached (NOT_ASKED_TO_MEASURE) gets its parts once its ranks have exited; a job that chose
+    its time source, or whose parts were cached, is left as it is."""
+    monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
+    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "gpu_names", lambda: [])
+    started: list[list[str]] = []
+
+    def probe_process(cmd, **kwargs):  # what the step-parts process prints last
+        started.append(cmd)
+        parts = json.dumps({field: 0.125 for field in STEP_PARTS_FIELDS})
+        return subprocess.CompletedProcess(cmd, 0, stdout=parts + "\n", stderr="")
+
+    monkeypatch.setattr(runner.subprocess, "run", probe_process)
+    overrides = ["hardware=cpu", "batch.micro_batch_size=5"]  # a shape nothing else caches
+    in_a_run = prepare_job(resolve_job(compose_config(overrides), CONF_DIR), probe_when_auto=False)
+    assert started == [] and in_a_run.hardware.time_source == "efficiency"
+    after = measured_after_run(in_a_run)
+    assert len(started) == 1
+    assert after.hardware.time_source == "measured"
+    assert after.measured.micro_batch_gemm_s == 0.125
+    assert after.measured.time_calibration_error is None
+    # the same config, better predicted: the run pairs with any other run of it
+    assert run_signature(after.tree()) == run_signature(in_a_run.tree())
+    chosen = compose_config([*overrides, "hardware.time_source=efficiency"])
+    efficiency = prepare_job(resolve_job(chosen, CONF_DIR), probe_when_auto=False)
+    assert measured_after_run(efficiency) is efficiency and len(started) == 1
 
 
 def test_a_run_under_auto_reads_cached_parts_and_measures_only_when_asked(monkeypatch, tmp_path):

@@ -134,6 +134,8 @@ def _attempt(
     launch = plan_job(job, outcome, ctx)
     watch = HostWatch.begin(ctx.label, launch.ranks_here, outcome)
     launched = launch_job(job, launch, outcome, ctx)
+    if launched.ok:
+        job = _measured_after_run(job, ctx)
     measured = measure_job(job, launched, outcome, ctx)
     watch.end(measured, outcome)
     if earlier is not None:
@@ -160,6 +162,19 @@ def _prepare(job: Job) -> Job:
     from distbench.prepare import prepare_job
 
     return prepare_job(job, probe_when_auto=False)
+
+
+def _measured_after_run(job: Job, ctx: JobContext) -> Job:
+    """The job with what `auto` left unmeasured before launch measured now that its ranks have
+    exited (prepare.measured_after_run); resolved.yaml says what the predictions used."""
+    from distbench.prepare import measured_after_run
+
+    after = measured_after_run(job)
+    if after is not job:
+        (ctx.job_dir / "resolved.yaml").write_text(after.to_yaml())
+        source = after.hardware.time_source
+        print(f"distbench: {ctx.label}: predicted after the run with time_source={source}")
+    return after
 
 
 def _say_single_rank(job: Job, label: str) -> None:
