@@ -140,8 +140,10 @@ def test_a_micro_batch_too_slow_or_too_large_for_this_cpu_is_priced_not_run():
     slow = step_parts.cpu_direct_figures(cfg, "bf16", (1, 8192), priced_s=(10.0, 20.0))
     assert slow == {"cpu_direct_skipped": "one layer is priced 10.0 s a micro-batch"}
     assert step_parts.direct_probe_bytes(cfg, "bf16", (1, 8192)) > 140 * 2**30  # its weights
-    # priced as fast (what it is not), its 80 layers would still not fit in this memory
-    large = step_parts.cpu_direct_figures(cfg, "bf16", (1, 8192), priced_s=(1e-3, 2e-3))
+    # priced as fast (what it is not), its 80 layers would not fit in 256 GiB free
+    large = step_parts.cpu_direct_figures(
+        cfg, "bf16", (1, 8192), priced_s=(1e-3, 2e-3), available_bytes=256 * 2**30
+    )
     assert set(large) == {"cpu_direct_skipped"} and large["cpu_direct_skipped"].startswith("needs")
 
 

@@ -29,6 +29,7 @@ class HostWatch:
     start: host_load.HostSample | None
     reasons: list[str] = field(default_factory=list)
     warned: bool = False
+    stopped: host_load.HostSample | None = None
 
     @classmethod
     def begin(cls, label: str, ranks_here: int, outcome: Outcome) -> HostWatch:
@@ -39,9 +40,14 @@ class HostWatch:
         watch._flag(outcome)
         return watch
 
+    def stop(self) -> None:
+        """Sample the host the moment the ranks are done (what runs after them, a post-run
+        probe, is not the job's)."""
+        self.stopped = host_load.sample()
+
     def end(self, measured: Measured, outcome: Outcome) -> None:
-        """Sample again once the ranks are done: the host metrics and any new reason."""
-        end = host_load.sample()
+        """The host metrics and any new reason, from the sample taken at `stop` (now if none)."""
+        end = self.stopped or host_load.sample()
         measured.metrics.update(host_load.host_metrics(self.start, end))
         self.reasons += [r for r in host_load.end_reasons(self.start, end) if r not in self.reasons]
         tags = self._flag(outcome)

@@ -58,8 +58,9 @@ def run_job(cfg: DictConfig, job_dir: Path, conf_dir: Path, project_dir: Path) -
     except (KeyboardInterrupt, JobCancelled) as exc:
         if isinstance(exc, JobCancelled) and os.environ.get(SLURM_LAUNCHER_ENV):
             raise  # distbench's SLURM launcher records it with the state SLURM ends it in
-        kind, why = interruption_cause(exc)
-        _record_unexpected(job, cfg, ctx, kind, why)
+        if not getattr(exc, "job_recorded", False):  # else its ranks' figures are recorded
+            kind, why = interruption_cause(exc)
+            _record_unexpected(job, cfg, ctx, kind, why)
         raise
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
@@ -134,13 +135,19 @@ def _attempt(
     launch = plan_job(job, outcome, ctx)
     watch = HostWatch.begin(ctx.label, launch.ranks_here, outcome)
     launched = launch_job(job, launch, outcome, ctx)
+    watch.stop()
+    interrupted: BaseException | None = None
     if launched.ok:
-        job = _measured_after_run(job, ctx)
+        job, interrupted = _measured_after_run(job, ctx)
     measured = measure_job(job, launched, outcome, ctx)
     watch.end(measured, outcome)
     if earlier is not None:
         _add_spread(measured, [*earlier, outcome], ctx.label)
-    return record(job, outcome, measured, ctx)
+    recorded = record(job, outcome, measured, ctx)
+    if interrupted is not None:  # a signal during the post-run probe: recorded, now stop
+        interrupted.job_recorded = True  # type: ignore[attr-defined]
+        raise interrupted
+    return recorded
 
 
 def _add_spread(measured: Measured, repeats: list[Outcome], label: str) -> None:
@@ -164,17 +171,31 @@ def _prepare(job: Job) -> Job:
     return prepare_job(job, probe_when_auto=False)
 
 
-def _measured_after_run(job: Job, ctx: JobContext) -> Job:
+def _measured_after_run(job: Job, ctx: JobContext) -> tuple[Job, BaseException | None]:
     """The job with what `auto` left unmeasured before launch measured now that its ranks have
-    exited (prepare.measured_after_run); resolved.yaml says what the predictions used."""
+    exited (prepare.measured_after_run); resolved.yaml says what the predictions used. Whatever
+    the probe does, what the ranks measured is recorded: a failure keeps the job as it was, a
+    SIGTERM or Ctrl-C is returned to be raised once the job is recorded. Not under distbench's
+    SLURM launcher, whose time limit and signals belong to the ranks' job."""
     from distbench.prepare import measured_after_run
 
-    after = measured_after_run(job)
-    if after is not job:
-        (ctx.job_dir / "resolved.yaml").write_text(after.to_yaml())
-        source = after.hardware.time_source
-        print(f"distbench: {ctx.label}: predicted after the run with time_source={source}")
-    return after
+    if os.environ.get(SLURM_LAUNCHER_ENV):
+        return job, None
+    try:
+        after = measured_after_run(job)
+        if after is job:
+            return job, None
+        written = ctx.job_dir / "resolved.yaml.tmp"
+        written.write_text(after.to_yaml())
+        os.replace(written, ctx.job_dir / "resolved.yaml")
+    except (KeyboardInterrupt, JobCancelled) as exc:
+        return job, exc
+    except Exception as exc:
+        print(f"distbench: {ctx.label}: no measurement after the run ({type(exc).__name__}: {exc})")
+        return job, None
+    source = after.hardware.time_source
+    print(f"distbench: {ctx.label}: predicted after the run with time_source={source}")
+    return after, None
 
 
 def _say_single_rank(job: Job, label: str) -> None:

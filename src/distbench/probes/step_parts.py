@@ -206,7 +206,11 @@ def direct_probe_layers(
 
 
 def cpu_direct_figures(
-    model_cfg: ModelConfig, dtype: str, tokens: tuple[int, int], priced_s: tuple[float, float]
+    model_cfg: ModelConfig,
+    dtype: str,
+    tokens: tuple[int, int],
+    priced_s: tuple[float, float],
+    available_bytes: float | None = None,
 ) -> dict[str, Any]:
     """On a CPU the kernels timed one at a time, hot in cache, price a micro-batch below what
     the model runs in (fresh allocations, first-touch page faults, operands from memory): 1.2x
@@ -214,8 +218,10 @@ def cpu_direct_figures(
     cut to what `direct_probe_layers` allows in DIRECT_PROBE_RUN_S, is run at the job's
     micro-batch, and its time over its priced one (`priced_s`: at 1 and 2 layers) scales every
     part (`cpu_direct_over_parts`). Skipped (`cpu_direct_skipped`, the parts as priced) where
-    one layer is priced over that budget or the micro-batch would take over half the memory
-    available now."""
+    one layer is priced over that budget, the micro-batch would take over half the memory
+    available (`available_bytes`, else the kernel's MemAvailable now), or it fails."""
+    import psutil
+
     from distbench.probes.timing import micro_batch_seconds
 
     layers = direct_probe_layers(priced_s, model_cfg.num_layers)
@@ -223,11 +229,14 @@ def cpu_direct_figures(
         return {"cpu_direct_skipped": f"one layer is priced {priced_s[0]:.1f} s a micro-batch"}
     model = dataclasses.replace(model_cfg, num_layers=layers)
     needed = direct_probe_bytes(model, dtype, tokens)
-    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    available = psutil.virtual_memory().available if available_bytes is None else available_bytes
     if needed > available / 2:
         gib = 2**30
         return {"cpu_direct_skipped": f"needs {needed / gib:.1f} of {available / gib:.1f} GiB free"}
-    direct_s = micro_batch_seconds(model, "cpu", dtype, tokens)
+    try:
+        direct_s = micro_batch_seconds(model, "cpu", dtype, tokens)
+    except (RuntimeError, MemoryError) as exc:  # the parts as priced are still the figures
+        return {"cpu_direct_skipped": f"{type(exc).__name__}: {exc}"[:300]}
     priced = extrapolate(*priced_s, layers)
     return {
         "direct_probe_layers": layers,
