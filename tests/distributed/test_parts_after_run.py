@@ -21,6 +21,15 @@ from tests.conftest import CONF_DIR, PROJECT_DIR, compose_config
 pytestmark = pytest.mark.distributed
 
 
+@pytest.fixture(autouse=True)
+def no_parts_in_this_process(monkeypatch):
+    """A fresh cache is not enough: parts timed on a busy host (the suite's other worker) are
+    kept for the rest of the process (step_parts._BUSY), and an earlier test's would serve
+    these jobs before launch."""
+    monkeypatch.setattr(step_parts, "_BUSY", {})
+    monkeypatch.setattr(step_parts, "_FAILED", {})
+
+
 def test_a_first_run_under_auto_is_predicted_from_parts_measured_after_its_ranks(
     tmp_path, monkeypatch, capsys
 ):
