@@ -177,10 +177,9 @@ def test_distbench_resolve_writes_nothing_to_the_cache(tmp_path):
     assert list(cache.iterdir()) == []
 
 
-def test_after_its_ranks_a_run_under_auto_measures_what_it_did_not_wait_for(monkeypatch, tmp_path):
-    """prepare.measured_after_run: the job prepared on the efficiency model because nothing was
-    cached (NOT_ASKED_TO_MEASURE) gets its parts once its ranks have exited; a job that chose
-    its time source, or whose parts were cached, is left as it is."""
+def _probes_print_parts(monkeypatch, tmp_path) -> list[list[str]]:
+    """A CPU-only machine under `auto`, an empty cache in tmp_path, and a step-parts process
+    that prints parts of 0.125 s: the commands started are appended to the list returned."""
     monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
     monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(hardware, "gpu_names", lambda: [])
@@ -192,6 +191,14 @@ def test_after_its_ranks_a_run_under_auto_measures_what_it_did_not_wait_for(monk
         return subprocess.CompletedProcess(cmd, 0, stdout=parts + "\n", stderr="")
 
     monkeypatch.setattr(runner.subprocess, "run", probe_process)
+    return started
+
+
+def test_after_its_ranks_a_run_under_auto_measures_what_it_did_not_wait_for(monkeypatch, tmp_path):
+    """prepare.measured_after_run: the job prepared on the efficiency model because nothing was
+    cached (NOT_ASKED_TO_MEASURE) gets its parts once its ranks have exited; a job that chose
+    its time source, or whose parts were cached, is left as it is."""
+    started = _probes_print_parts(monkeypatch, tmp_path)
     overrides = ["hardware=cpu", "batch.micro_batch_size=5"]  # a shape nothing else caches
     in_a_run = prepare_job(resolve_job(compose_config(overrides), CONF_DIR), probe_when_auto=False)
     assert started == [] and in_a_run.hardware.time_source == "efficiency"
@@ -211,17 +218,7 @@ def test_a_run_under_auto_reads_cached_parts_and_measures_only_when_asked(monkey
     """A run prepares with probe_when_auto=False: under the default `auto` its ranks start
     without a probe (the efficiency model, saying how to measure); `time_source=measured`
     asks for the probe, and the parts it cached serve the next `auto` run."""
-    monkeypatch.delenv("DISTBENCH_TIME_SOURCE")
-    monkeypatch.setenv("DISTBENCH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(hardware, "gpu_names", lambda: [])
-    started: list[list[str]] = []
-
-    def probe_process(cmd, **kwargs):  # what the step-parts process prints last
-        started.append(cmd)
-        parts = json.dumps({field: 0.125 for field in STEP_PARTS_FIELDS})
-        return subprocess.CompletedProcess(cmd, 0, stdout=parts + "\n", stderr="")
-
-    monkeypatch.setattr(runner.subprocess, "run", probe_process)
+    started = _probes_print_parts(monkeypatch, tmp_path)
     overrides = ["hardware=cpu", "batch.micro_batch_size=3"]  # a shape nothing else caches
     in_a_run = prepare_job(resolve_job(compose_config(overrides), CONF_DIR), probe_when_auto=False)
     assert started == []
