@@ -62,8 +62,7 @@ def prepare_job(job: Job, *, probe: bool = True, probe_when_auto: bool = True) -
         job = with_measured_links(job)
         if job.spec.prepare is not None:
             job = job.spec.prepare(job)
-    if job.hardware.time_source == "auto":  # nothing measures this workload's step
-        job = job.with_hardware(time_source="efficiency")
+    job = _settled(job)
     if job.device == "cpu" and job.measured.host_cores is None:  # what its ranks share
         job = job.with_measured(host_cores=num_cpu_cores())
     return job
@@ -79,10 +78,15 @@ def measured_after_run(job: Job) -> Job:
     if NOT_ASKED_TO_MEASURE not in why or job.spec.prepare is None:
         return job
     again = job.with_hardware(time_source="auto").with_measured(time_calibration_error=None)
-    prepared = job.spec.prepare(again)
-    if prepared.hardware.time_source == "auto":
-        prepared = prepared.with_hardware(time_source="efficiency")
-    return prepared
+    return _settled(job.spec.prepare(again))
+
+
+def _settled(job: Job) -> Job:
+    """A time source still `auto` after the workload's prepare hook is `efficiency`: nothing
+    measures this workload's step."""
+    if job.hardware.time_source == "auto":
+        return job.with_hardware(time_source="efficiency")
+    return job
 
 
 def left_unmeasured(measured: Measurements) -> bool:
