@@ -12,7 +12,8 @@ configured (job.py's resolve_job measures nothing).
 A run (the orchestrator's spine) prepares with `probe_when_auto=False`: under the default
 `hardware.time_source=auto` it reads the parts `plan` measured and cached, and otherwise keeps
 the efficiency model, so its ranks start without waiting on a probe; once they have exited,
-`measured_after_run` measures (and caches) those parts and the run's predictions use them.
+`measured_after_run` measures (and caches) those parts (or, on a CPU, times the micro-batch again
+beside the cached ones) and the run's predictions use them.
 `time_source=measured` (or $DISTBENCH_TIME_SOURCE=measured) measures them before launch.
 
 `probe=False` starts no probe and writes no cache: what is cached is used, the rest keeps the
@@ -39,7 +40,6 @@ from distbench.probes.calibrate import measured_peak_tflops
 from distbench.probes.detect import device_name, num_cpu_cores
 from distbench.probes.parts import Measurements
 from distbench.probes.runner import (
-    NOT_ASKED_TO_MEASURE,
     NOT_MEASURED_HERE,
     PROBE_ERRORS,
     NotMeasured,
@@ -69,16 +69,14 @@ def prepare_job(job: Job, *, probe: bool = True, probe_when_auto: bool = True) -
 
 
 def measured_after_run(job: Job) -> Job:
-    """A run's job once its ranks have exited: under the default `auto` with nothing cached it
-    was prepared on the efficiency model (runner.NOT_ASKED_TO_MEASURE), so that its ranks did
-    not wait on a probe; now nothing is left to wait, the workload's prepare hook measures (and
-    caches) what `auto` asks for, and the job's predictions use it. Any other job is returned
-    as it is (a failed probe: the efficiency model, with the probe's reason)."""
-    why = job.measured.time_calibration_error or ""
-    if NOT_ASKED_TO_MEASURE not in why or job.spec.prepare is None:
+    """A run's job once its ranks have exited: what its workload's after-run hook measures now
+    that nothing waits on a probe (WorkloadSpec.after_run; train: the parts the default `auto`
+    left unmeasured so that its ranks did not wait, and on a CPU the micro-batch re-timed), for
+    the job's predictions. The same object when nothing changed."""
+    if job.spec.after_run is None:
         return job
-    again = job.with_hardware(time_source="auto").with_measured(time_calibration_error=None)
-    return _settled(job.spec.prepare(again))
+    after = job.spec.after_run(job)
+    return job if after is job else _settled(after)
 
 
 def _settled(job: Job) -> Job:

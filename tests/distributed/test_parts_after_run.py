@@ -62,6 +62,23 @@ def test_a_first_run_under_auto_is_predicted_from_parts_measured_after_its_ranks
     else:
         assert "the host was busy when the step parts' timing started" in said.err
 
+    # the same job again: its parts are read before launch, and once its ranks have exited its
+    # micro-batch is run whole again and the parts scaled to the host's speed now
+    again_dir = tmp_path / "again"
+    again_dir.mkdir()
+    outcome = run_job(cfg, again_dir, CONF_DIR, PROJECT_DIR)
+    assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
+    said = capsys.readouterr()
+    assert "timing the step parts" not in said.err
+    assert "the micro-batch run whole after the ranks" in said.out
+    again = Job.load(again_dir)
+    ratio = again.measured.cpu_direct_after_run_over_cached
+    assert ratio > 0
+    assert again.measured.micro_batch_gemm_s == pytest.approx(
+        job.measured.micro_batch_gemm_s * ratio
+    )
+    assert outcome["metrics"]["pred_step_time_s"] == pytest.approx(predict(again).step_time_s)
+
 
 def test_a_ctrl_c_during_the_post_run_probe_keeps_what_the_ranks_measured(tmp_path, monkeypatch):
     """The ranks are done when the probe starts: a Ctrl-C (or SIGTERM) then stops the sweep,

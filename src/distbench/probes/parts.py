@@ -107,6 +107,10 @@ class Measurements:
     micro_batch_engine_host_s: float | None = None
     engine_step_s: float | None = None
     cpu_direct_over_parts: float | None = None
+    # a run on a CPU predicted from cached parts: its micro-batch run whole once its ranks had
+    # exited over the same when the parts were measured, by which the parts are already scaled
+    # (workloads/train/prepare.py with_direct_after_run); None: not re-timed
+    cpu_direct_after_run_over_cached: float | None = None
     time_calibration_error: str | None = None
     # the CPU cores this machine's ranks share (probes/detect.py num_cpu_cores; a CPU device
     # only): the planner prices ranks × threads beyond them (step_time.cpu_oversubscription)

@@ -19,7 +19,10 @@ The parts, for one micro-batch (forward + backward, the optimizer apart):
   (the host queues kernels ahead, the device runs them); on a CPU the two add up;
 - **on a CPU, the whole micro-batch**: the bare model run at the job's shape; every part is
   scaled by its time over the priced sum (`cpu_direct_over_parts`), since kernels timed one at a
-  time, hot in cache, miss what a real step pays (`cpu_direct_figures`).
+  time, hot in cache, miss what a real step pays (`cpu_direct_figures`). A run predicted from
+  cached parts times that micro-batch again once its ranks have exited (`direct_after_run`):
+  a shared CPU host's speed moves by a third within minutes, the parts are scaled to its speed
+  during the run.
 
 device_s = Σ GEMM time at its timed shape + Σ attention time at its timed shape
          + Σ max(bytes / bandwidth, kernel floor) of the rest;
@@ -47,6 +50,7 @@ import os
 import socket
 import sys
 import time
+from numbers import Real
 from typing import Any
 
 from distbench.compose.schema import ModelConfig
@@ -246,6 +250,35 @@ def cpu_direct_figures(
     }
 
 
+def direct_after_run(
+    model_cfg: ModelConfig,
+    dtype: str,
+    micro_batch_size: int,
+    seq_len: int,
+    *,
+    device_name: str,
+    threads: int = 1,
+    timeout_s: float = 300.0,
+) -> tuple[float, dict[str, Any]] | None:
+    """(the bare micro-batch's seconds now, the parts' figures it was run beside): the cached
+    (or busy-host) entry of this shape on a CPU, its micro-batch run whole again at the same
+    depth in a `python -m distbench.probes.step_parts --direct-layers N` subprocess, uncached.
+    None when the entry ran no whole micro-batch. runner.PROBE_ERRORS when the probe fails."""
+    key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
+    entry = cache.cached_entry(CACHE_FILE, key, is_step_parts) or _BUSY.get(key)
+    layers = (entry or {}).get("direct_probe_layers")
+    if not isinstance(layers, int) or not isinstance(entry.get("micro_batch_direct_s"), Real):
+        return None
+    args = ["-m", MODULE, "--device", "cpu", "--dtype", dtype, "--direct-layers", str(layers)]
+    args += ["--model-json", json.dumps(dataclasses.asdict(model_cfg))]
+    args += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    now_s = runner.run_probe(args, env, timeout_s).get("micro_batch_direct_s")
+    if not isinstance(now_s, Real) or isinstance(now_s, bool) or now_s <= 0:
+        raise ValueError(f"step_parts --direct-layers printed no time: {now_s!r}")
+    return float(now_s), entry
+
+
 def cache_key(
     device_name: str,
     dtype: str,
@@ -365,11 +398,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of one rank")
     parser.add_argument("--device-name", help="cache under this name (default: detected)")
     parser.add_argument("--force", action="store_true", help="measure even when cached")
+    parser.add_argument(
+        "--direct-layers",
+        type=int,
+        help="CPU: only run the bare model, cut to this many layers, whole (uncached)",
+    )
     args = parser.parse_args(argv)
 
     from distbench.probes.detect import device_name
 
     model_cfg = ModelConfig(**json.loads(args.model_json))
+    if args.direct_layers:
+        import torch
+
+        from distbench.probes.timing import micro_batch_seconds
+
+        torch.set_num_threads(args.threads)
+        cut = dataclasses.replace(model_cfg, num_layers=args.direct_layers)
+        shape = (args.micro_batch_size, args.seq_len)
+        direct_s = micro_batch_seconds(cut, "cpu", args.dtype, shape)
+        print(json.dumps({"micro_batch_direct_s": direct_s}))
+        return 0
     name = args.device_name or device_name(args.device)
     threads = args.threads if args.device == "cpu" else 1
     shape = (args.micro_batch_size, args.seq_len)

@@ -58,6 +58,10 @@ class WorkloadSpec:
     # machine to predict itself (train: step parts, ZeRO-3's engine probe), attached to the
     # Job it returns. None: nothing to measure. Never called by resolve_job.
     prepare: Callable[[Job], Job] | None = None
+    # Once its ranks have exited, in the orchestrator: what changes its prediction now that
+    # nothing waits on a probe (train: the parts `auto` left unmeasured; on a CPU, the
+    # micro-batch re-timed), returned as a new Job (the same object: nothing changed).
+    after_run: Callable[[Job], Job] | None = None
     # Files a run logs besides its job dir's (train on DeepSpeed: ds_config.json), written
     # into the folder it is given.
     artifacts: Callable[[Job, Path], list[Path]] | None = None

@@ -137,6 +137,7 @@ SPEC = register(
         named_by_strategy=True,  # the strategy group is train's layouts: "dp", not "train/dp"
         batch_tokens=True,
         prepare=train_prepare.prepare,  # time source, measured step parts, ZeRO-3's engine probe
+        after_run=train_prepare.after_run,  # parts auto left unmeasured; CPU: micro-batch re-timed
         artifacts=artifacts,  # ds_config.json on DeepSpeed
         run_label=run_label,  # dp, dp-z2
     )

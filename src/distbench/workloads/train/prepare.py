@@ -9,6 +9,10 @@ resolved source in `hardware.time_source`):
    launcher will give each rank;
 3. for DeepSpeed ZeRO-3 on a GPU, the engine's host work (engine_probe.py).
 
+Once a run's ranks have exited, `after_run` (WorkloadSpec.after_run) measures the parts a run
+under `auto` left unmeasured, or, on a CPU, runs the micro-batch whole again and scales the
+cached parts to the host's speed now (`with_direct_after_run`).
+
 Each is read from the probes' cache, else measured in a subprocess. A probe that fails, or that
 distbench/prepare.py's `probe=False` forbids (runner.cache_only), never loses the job: it keeps
 the efficiency model (or the step parts) and says why in `time_calibration_error`.
@@ -29,8 +33,9 @@ from typing import Any
 from distbench.compose.hardware import is_this_machine
 from distbench.compose.schema import TIME_SOURCES, ConfigError
 from distbench.job import Job
-from distbench.probes import runner
+from distbench.probes import runner, step_parts
 from distbench.probes.detect import device_name, num_cpu_cores
+from distbench.probes.parts import MeasuredParts
 from distbench.probes.runner import NotMeasured, ProbeFailed
 from distbench.probes.step_parts import measured_step_parts
 from distbench.probes.threads import rank_threads, ranks_sharing_machine
@@ -83,6 +88,65 @@ def prepare(job: Job) -> Job:
         why = why.replace(runner.NOT_MEASURED_HERE, runner.NOT_ASKED_TO_MEASURE)
         prepared = prepared.with_measured(time_calibration_error=why)
     return prepared
+
+
+def after_run(job: Job) -> Job:
+    """Train's after-run hook: a job that `auto` left on the efficiency model
+    (runner.NOT_ASKED_TO_MEASURE) prepared again, its parts measured (and cached) now; else a
+    CPU job on cached parts re-timed (with_direct_after_run). The same object otherwise."""
+    if runner.NOT_ASKED_TO_MEASURE in (job.measured.time_calibration_error or ""):
+        again = job.with_hardware(time_source="auto").with_measured(time_calibration_error=None)
+        return prepare(again)
+    return with_direct_after_run(job)
+
+
+# The parts' fields scaled with the micro-batch's time (as cpu_direct_over_parts scales them).
+SCALED_WITH_DIRECT = (
+    "micro_batch_gemm_s",
+    "micro_batch_attention_s",
+    "micro_batch_other_s",
+    "micro_batch_host_s",
+    "host_us_per_kernel",
+)
+
+
+def with_direct_after_run(job: Job, timeout_s: float = 300.0) -> Job:
+    """A CPU job predicted from cached parts that ran their micro-batch whole: that micro-batch
+    run again now (step_parts.direct_after_run), and the cached parts scaled by its time now
+    over its time then (`cpu_direct_after_run_over_cached`): the host the ranks just met, not
+    the one the parts met minutes or days ago (a shared VM's speed moves by a third within
+    minutes). A failed re-timing keeps the cached parts and says so; anything else is returned
+    as it is."""
+    measured = job.measured
+    if (
+        job.device != "cpu"
+        or job.hardware.time_source != "measured"
+        or measured.cpu_direct_over_parts is None
+        or measured.cpu_direct_after_run_over_cached is not None
+    ):
+        return job
+    _, name, threads = _where(job)
+    shape = (job.batch.micro_batch_size, job.batch.seq_len)
+    try:
+        rerun = step_parts.direct_after_run(
+            job.model, job.dtype, *shape, device_name=name, threads=threads, timeout_s=timeout_s
+        )
+    except runner.PROBE_ERRORS as exc:
+        print(f"distbench: the micro-batch's re-timing failed, the cached parts stand: {exc}")
+        return job
+    if rerun is None:
+        return job
+    now_s, entry = rerun
+    ratio = now_s / entry["micro_batch_direct_s"]
+    parts = MeasuredParts.from_figures(entry).measured_fields()
+    scaled = {field: parts[field] * ratio for field in SCALED_WITH_DIRECT}
+    print(
+        f"distbench: the micro-batch run whole after the ranks: {now_s:.3g} s, against "
+        f"{entry['micro_batch_direct_s']:.3g} s when its parts were timed "
+        f"({entry.get('measured_at', '?')}): the parts x {ratio:.3f}",
+        flush=True,
+    )
+    return job.with_measured(**{**parts, **scaled}, cpu_direct_after_run_over_cached=ratio)
 
 
 def _where(job: Job) -> tuple[str, str, int]:
