@@ -172,8 +172,9 @@ def _prepare(job: Job) -> Job:
 
 
 def _measured_after_run(job: Job, ctx: JobContext) -> tuple[Job, BaseException | None]:
-    """The job with what `auto` left unmeasured before launch measured now that its ranks have
-    exited (prepare.measured_after_run); resolved.yaml says what the predictions used. Whatever
+    """The job with what its workload measures once its ranks have exited (prepare.
+    measured_after_run: train's parts `auto` left unmeasured before launch, or on a CPU its
+    micro-batch re-timed); resolved.yaml says what the predictions used. Whatever
     the probe does, what the ranks measured is recorded: a failure keeps the job as it was, a
     SIGTERM or Ctrl-C is returned to be raised once the job is recorded. Not under distbench's
     SLURM launcher, whose time limit and signals belong to the ranks' job."""
