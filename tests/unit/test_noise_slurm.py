@@ -8,6 +8,7 @@ change is one line.
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 
 import pytest
@@ -36,6 +37,9 @@ def sbatch_script(*overrides: str) -> str:
     return executor._executor._make_submission_file_text("python -m x", "uid")
 
 
+@pytest.mark.skipif(
+    shutil.which("srun") is None, reason="submitit writes an sbatch script only where srun is"
+)
 def test_jobs_get_whole_nodes_unless_asked():
     assert launcher_config().exclusive is True
     assert "#SBATCH --exclusive\n" in sbatch_script()
