@@ -19,7 +19,9 @@ allocated distbench predicts). Published throughput is tokens/s per GPU as print
 from a printed TFLOP/s per GPU with the source's own FLOPs formula (`megatron_tokens_per_s`).
 Models the catalog lacks are written as overrides of a catalog model of the same family:
 GPT-3-style (Megatron) as Llama-family layers whose gated MLP has the same matmul parameters
-(intermediate 8h/3: 3·h·i = 2·h·4h) and an untied head; MPT as GPT-2-family layers.
+(intermediate 8h/3: 3·h·i = 2·h·4h) and an untied head, with `model.attn_implementation=eager`
+(Megatron-LM 2021 has no fused attention: its softmax kernels write the s × s scores, whose
+traffic the efficiency model adds); MPT as GPT-2-family layers.
 
 One constant per GPU is fitted here, and only on half the rows: the efficiency model's
 `train_efficiency` (conf/hardware/a100_80gb.yaml, h100_sxm.yaml). Per hardware, every other
@@ -183,6 +185,7 @@ def _megatron(
             f"strategy.pp={pp}",
             "strategy.data_parallel=ddp",
             "activation_checkpointing=full",
+            "model.attn_implementation=eager",  # its softmax kernels write the s × s scores
         ),
         mem_gib=None,
         tokens_per_s_per_gpu=megatron_tokens_per_s(tflops, layers, hidden, 2048, 51200),

@@ -341,3 +341,30 @@ def test_torch_data_parallel_traffic_hides_under_compute_on_gpus_only():
     bucket_s = 1.0 * step_time.DDP_BUCKET_BYTES / 1e9
     assert hidden("torch", "ddp", "cuda", 9.0, 1.0, 1e9, 16, 1) == pytest.approx(1.0 - bucket_s)
     assert hidden("torch", "fsdp", "cuda", 9.0, 1.6, 1e9, 16, 4) == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_eager_attention_adds_its_scores_traffic_to_the_efficiency_model(tp):
+    """HF's eager attention writes and reads its s × s scores (11 passes of b·heads·s²
+    elements, forward + backward): the efficiency model adds them at the A100's HBM bandwidth,
+    each tp rank for its heads; SDPA's fused kernels keep them on chip and add nothing."""
+    base = [
+        "hardware=a100_80gb",
+        "hardware.time_source=efficiency",
+        "workload.dtype=bf16",
+        "model=llama_1b",
+        "strategy=torch_tp" if tp > 1 else "strategy=ddp",
+        f"world_size={tp if tp > 1 else 8}",
+        "batch.micro_batch_size=2",
+        "batch.grad_accum_steps=3",
+        "batch.seq_len=2048",
+    ]
+    sdpa = predict(resolve_job(compose_config(base), CONF_DIR))
+    eager_job = resolve_job(compose_config([*base, "model.attn_implementation=eager"]), CONF_DIR)
+    eager = predict(eager_job)
+    model = eager_job.model
+    elements = 2 * (model.num_heads / tp) * 2048**2 * model.num_layers
+    expected_s = 3 * 11 * elements * 2 / 2039e9  # 3 micro-batches, bf16, 2,039 GB/s
+    assert eager.time_s["compute"] - sdpa.time_s["compute"] == pytest.approx(expected_s)
+    assert expected_s > 0.05 * sdpa.time_s["compute"]  # not lost in the rounding
+    assert step_time.eager_scores_s(2, 2048, 32, 16, 2, mem_bandwidth_gbps=None) == 0.0

@@ -36,6 +36,7 @@ from distbench.figures.model_states import StateBytes, deepspeed_host_bytes_per_
 from distbench.figures.params import ParamSplit, param_split, params_per_model_shard
 from distbench.figures.step_time import (
     cpu_oversubscription,
+    eager_scores_s,
     efficiency_compute_s,
     hidden_comm_s,
     measured_compute_s,
@@ -274,7 +275,9 @@ def device_flops_per_token(job: Job, shard: Shard, *, whole_pipeline: bool = Fal
 
 def _fwd_bwd_s(job: Job, shard: Shard, flops_per_token: float, efficiency: float) -> float:
     """A step's forward + backward on the busiest device, without recompute (compute_s):
-    `flops_per_token` is the model's, of which that device runs `device_flops_per_token`."""
+    `flops_per_token` is the model's, of which that device runs `device_flops_per_token`. The
+    efficiency model adds, for eager attention, its scores' memory traffic (eager_scores_s);
+    measured parts time it with the rest."""
     hardware, batch, layout = job.hardware, job.batch, shard.layout
     device_flops = device_flops_per_token(job, shard)
     parts = measured_parts_s(hardware, job.measured)
@@ -290,7 +293,7 @@ def _fwd_bwd_s(job: Job, shard: Shard, flops_per_token: float, efficiency: float
             kernel_share=device_flops / flops_per_token,
         )
     peak = getattr(hardware, f"peak_tflops_{job.dtype}")
-    return efficiency_compute_s(
+    flops_s = efficiency_compute_s(
         device_flops,
         batch.micro_batch_size,
         batch.grad_accum_steps,
@@ -300,6 +303,17 @@ def _fwd_bwd_s(job: Job, shard: Shard, flops_per_token: float, efficiency: float
         peak,
         efficiency,
     )
+    if job.model.attn_implementation != "eager":
+        return flops_s
+    scores_s = eager_scores_s(
+        batch.micro_batch_size,
+        batch.seq_len,
+        job.model.num_heads / layout.tp,
+        shard.layers,
+        BYTES_PER_DTYPE[job.dtype],
+        hardware.mem_bandwidth_gbps,
+    )
+    return flops_s + batch.grad_accum_steps * scores_s
 
 
 def job_oversubscription(job: Job) -> float:

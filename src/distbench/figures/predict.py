@@ -10,7 +10,8 @@ and the same figures against what a finished run measured.
 
     step time = compute + pipeline bubble + exposed communication + optimizer + offload
       compute  = model FLOPs per token (metrics.train_flops_per_token: 6N + 12·L·h·s) × this
-                 device's tokens / (peak TFLOP/s of the dtype × efficiency); with
+                 device's tokens / (peak TFLOP/s of the dtype × efficiency), + eager
+                 attention's score traffic at the memory bandwidth (eager_scores_s); with
                  hardware.time_source=measured, the micro-batch's measured parts instead
                  (measured_compute_s), and the measured memory bandwidth for the optimizer;
                  for ZeRO-3 its engine's host work per micro-batch and per step, probed

@@ -102,6 +102,32 @@ def efficiency_compute_s(
     return device_flops / (float(peak_tflops) * 1e12 * efficiency)
 
 
+# An attention that materialises its s × s scores (HF's `attn_implementation=eager`;
+# Megatron-LM 2021's softmax kernels) moves them through memory, each pass b·heads·s²
+# elements: forward, S written by Q·Kᵀ and read by the softmax, P written and read by P·V (4);
+# backward, dP written and read with P by the softmax's backward, dS written and read by the dQ
+# and dK products, P read for dV (7). Fused attention (SDPA's flash or memory-efficient
+# kernels) keeps the scores on chip: its time is in the FLOPs.
+EAGER_SCORE_PASSES = 11
+
+
+def eager_scores_s(
+    micro_batch_size: int,
+    seq_len: int,
+    heads: float,
+    layers: float,
+    dtype_bytes: int,
+    mem_bandwidth_gbps: float | None,
+) -> float:
+    """One micro-batch's forward + backward time spent moving the attention scores of `layers`
+    layers of `heads` heads each (EAGER_SCORE_PASSES over b·heads·s² elements of the dtype)
+    at the device's memory bandwidth; 0 when it is unknown."""
+    if not mem_bandwidth_gbps:
+        return 0.0
+    elements = micro_batch_size * heads * seq_len**2 * layers
+    return EAGER_SCORE_PASSES * elements * dtype_bytes / (mem_bandwidth_gbps * GB)
+
+
 def measured_parts_s(hardware: Any, measured: Any) -> tuple[float, float] | None:
     """(device seconds, host seconds) of one micro-batch from the job's measured parts
     (`measured`, probes/parts.py Measurements) under hardware.time_source=measured, or None
