@@ -105,3 +105,39 @@ def test_a_failed_re_timing_keeps_the_cached_parts(monkeypatch, tmp_path, capsys
     monkeypatch.setattr(runner.subprocess, "run", crashed)
     assert measured_after_run(job) is job
     assert "the micro-batch's re-timing failed, the cached parts stand" in capsys.readouterr().out
+
+
+def test_the_re_timing_runs_on_the_ranks_threads_at_the_cached_depth(monkeypatch, tmp_path):
+    """The cached micro-batch ran on a rank's threads (time_step_parts): so does the re-timing,
+    or a 4-thread rank's parts would be scaled by a 1-thread run."""
+    job = _cached_job(monkeypatch, tmp_path, {**PARTS, **WHOLE})
+    started: list[tuple[list[str], dict]] = []
+
+    def probe(args, env, timeout_s):
+        started.append((args, env))
+        return {"micro_batch_direct_s": 2 * CACHED_DIRECT_S}
+
+    monkeypatch.setattr(runner, "run_probe", probe)
+    after = measured_after_run(job)
+    assert after.measured.cpu_direct_after_run_over_cached == 2.0
+    assert after.measured.micro_batch_attention_s == 0.25
+    ((args, env),) = started
+    threads = str(rank_threads(detect.num_cpu_cores(), 2))
+    assert args[args.index("--threads") + 1] == threads and env["OMP_NUM_THREADS"] == threads
+    assert args[args.index("--direct-layers") + 1] == "2"
+
+
+def test_parts_gone_or_measured_again_since_launch_are_left_as_the_job_read_them(
+    monkeypatch, tmp_path
+):
+    """The cache emptied after launch (nothing to re-time beside), or its entry measured again
+    with other parts (the job was not priced at its whole micro-batch): nothing is scaled."""
+    job = _cached_job(monkeypatch, tmp_path, {**PARTS, **WHOLE})
+    monkeypatch.setattr(runner, "run_probe", lambda *a: {"micro_batch_direct_s": 1.0})
+    cache_file = tmp_path / step_parts.CACHE_FILE
+    entry = json.loads(cache_file.read_text())
+    (key,) = entry
+    cache_file.write_text(json.dumps({key: {**PARTS, **WHOLE, "micro_batch_gemm_s": 0.5}}))
+    assert measured_after_run(job) is job
+    cache_file.unlink()
+    assert measured_after_run(job) is job

@@ -267,16 +267,21 @@ def direct_after_run(
     key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
     entry = cache.cached_entry(CACHE_FILE, key, is_step_parts) or _BUSY.get(key)
     layers = (entry or {}).get("direct_probe_layers")
-    if not isinstance(layers, int) or not isinstance(entry.get("micro_batch_direct_s"), Real):
+    if not isinstance(layers, int) or not _positive(entry.get("micro_batch_direct_s")):
         return None
     args = ["-m", MODULE, "--device", "cpu", "--dtype", dtype, "--direct-layers", str(layers)]
     args += ["--model-json", json.dumps(dataclasses.asdict(model_cfg))]
     args += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
+    args += ["--threads", str(threads)]  # as the cached run had them (time_step_parts)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     now_s = runner.run_probe(args, env, timeout_s).get("micro_batch_direct_s")
-    if not isinstance(now_s, Real) or isinstance(now_s, bool) or now_s <= 0:
+    if not _positive(now_s):
         raise ValueError(f"step_parts --direct-layers printed no time: {now_s!r}")
     return float(now_s), entry
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and value > 0
 
 
 def cache_key(

@@ -35,7 +35,7 @@ from distbench.compose.schema import TIME_SOURCES, ConfigError
 from distbench.job import Job
 from distbench.probes import runner, step_parts
 from distbench.probes.detect import device_name, num_cpu_cores
-from distbench.probes.parts import MeasuredParts
+from distbench.probes.parts import STEP_PARTS_FIELDS, MeasuredParts
 from distbench.probes.runner import NotMeasured, ProbeFailed
 from distbench.probes.step_parts import measured_step_parts
 from distbench.probes.threads import rank_threads, ranks_sharing_machine
@@ -111,12 +111,13 @@ SCALED_WITH_DIRECT = (
 
 
 def with_direct_after_run(job: Job, timeout_s: float = 300.0) -> Job:
-    """A CPU job predicted from cached parts that ran their micro-batch whole: that micro-batch
-    run again now (step_parts.direct_after_run), and the cached parts scaled by its time now
+    """A CPU job predicted from cached parts that ran their micro-batch whole (also parts
+    measured just before launch under `time_source=measured`): that micro-batch run again now
+    (step_parts.direct_after_run, the rank's threads), and the parts scaled by its time now
     over its time then (`cpu_direct_after_run_over_cached`): the host the ranks just met, not
     the one the parts met minutes or days ago (a shared VM's speed moves by a third within
-    minutes). A failed re-timing keeps the cached parts and says so; anything else is returned
-    as it is."""
+    minutes). A failed re-timing keeps the parts and says so; a cache entry gone or measured
+    again since the job read it, and anything else, is returned as it is."""
     measured = job.measured
     if (
         job.device != "cpu"
@@ -137,8 +138,10 @@ def with_direct_after_run(job: Job, timeout_s: float = 300.0) -> Job:
     if rerun is None:
         return job
     now_s, entry = rerun
-    ratio = now_s / entry["micro_batch_direct_s"]
     parts = MeasuredParts.from_figures(entry).measured_fields()
+    if any(getattr(measured, field) != parts[field] for field in STEP_PARTS_FIELDS):
+        return job  # measured again since the job read them: not the time they were priced at
+    ratio = now_s / entry["micro_batch_direct_s"]
     scaled = {field: parts[field] * ratio for field in SCALED_WITH_DIRECT}
     print(
         f"distbench: the micro-batch run whole after the ranks: {now_s:.3g} s, against "
