@@ -34,6 +34,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -97,20 +98,36 @@ def dom_with(url: str, names: list[str], tmp_path: Path) -> str:
     return dom
 
 
-def screenshot(url: str, tmp_path: Path, name: str, height: int = 1000) -> Image.Image:
-    """A 1600-wide screenshot of url, as RGB; kept in $DISTBENCH_KEEP_SCREENSHOTS (a folder)."""
-    shot = tmp_path / f"{name}.png"
-    chromium(
-        url, tmp_path / f"profile-{name}", f"--screenshot={shot}", f"--window-size=1600,{height}"
-    )
-    image = Image.open(shot)
-    image.load()
-    assert image.size == (1600, height)
-    if os.environ.get("DISTBENCH_KEEP_SCREENSHOTS"):
-        keep = Path(os.environ["DISTBENCH_KEEP_SCREENSHOTS"])
-        keep.mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, keep / shot.name)
-    return image.convert("RGB")
+def screenshot(
+    url: str,
+    tmp_path: Path,
+    name: str,
+    height: int = 1000,
+    ready: Callable[[Image.Image], bool] | None = None,
+) -> Image.Image:
+    """A 1600-wide screenshot of url, as RGB; kept in $DISTBENCH_KEEP_SCREENSHOTS (a folder).
+    `ready`: what the page shows once drawn; until it holds, taken again with more time (a
+    slow, shared CPU: the UI's one worker serves the other test's pages too)."""
+    for attempt, budget_ms in enumerate((30_000, 60_000, 120_000)):
+        shot = tmp_path / f"{name}-{attempt}.png"
+        chromium(
+            url,
+            tmp_path / f"profile-{name}-{attempt}",
+            f"--screenshot={shot}",
+            f"--window-size=1600,{height}",
+            budget_ms=budget_ms,
+        )
+        image = Image.open(shot)
+        image.load()
+        assert image.size == (1600, height)
+        if os.environ.get("DISTBENCH_KEEP_SCREENSHOTS"):
+            keep = Path(os.environ["DISTBENCH_KEEP_SCREENSHOTS"])
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, keep / shot.name)
+        image = image.convert("RGB")
+        if ready is None or ready(image):
+            break
+    return image
 
 
 def num_colours(image: Image.Image) -> int:
@@ -317,8 +334,11 @@ def test_the_report_artifact_is_served_with_every_plot_embedded_and_shown(sweep,
         "/artifacts/report/report.html"
     )
     assert 'class="mlflow-html-iframe"' in dom_with(viewer, ["mlflow-html-iframe"], tmp_path)
-    image = screenshot(viewer, tmp_path, "report_artifact", height=4000)
-    assert num_colourful_pixels(image) > 100_000  # the plots; the viewer alone has ~3,000
+
+    def plots_drawn(image: Image.Image) -> bool:  # the viewer alone has ~3,000
+        return num_colourful_pixels(image) > 100_000
+
+    assert plots_drawn(screenshot(viewer, tmp_path, "report_artifact", 4000, plots_drawn))
 
 
 def test_the_printed_sweep_url_opens_on_the_headline_metrics(sweep, ui, tmp_path):
