@@ -17,10 +17,10 @@ from distbench.figures.predict import predict
 from distbench.job import resolve_job
 from distbench.prepare import measured_after_run, prepare_job
 from distbench.probes import detect, runner, step_parts
-from distbench.probes.parts import STEP_PARTS_FIELDS
+from distbench.probes.parts import CPU_DIRECT_SCALED_FIELDS, STEP_PARTS_FIELDS
 from distbench.probes.threads import rank_threads
 from distbench.tracking.signature import run_signature
-from distbench.workloads.train.prepare import SCALED_WITH_DIRECT, with_direct_after_run
+from distbench.workloads.train.prepare import with_direct_after_run
 from tests.conftest import CONF_DIR, compose_config
 
 pytestmark = pytest.mark.unit
@@ -64,7 +64,7 @@ def test_cached_parts_are_scaled_to_the_micro_batch_run_again_after_the_ranks(
     ratio = after.measured.cpu_direct_after_run_over_cached
     # a 2 x 128 micro-batch of a 2-layer tiny Llama: milliseconds, against the cached 50 s
     assert 0 < ratio < 0.1
-    for field in SCALED_WITH_DIRECT:
+    for field in CPU_DIRECT_SCALED_FIELDS:
         assert getattr(after.measured, field) == pytest.approx(0.125 * ratio)
     assert after.measured.cpu_direct_over_parts == 1.25  # the cached factor, kept
     assert after.hardware.time_source == "measured"

@@ -62,6 +62,15 @@ class MeasuredParts:
 # What `hardware.time_source=measured` fills from the step parts, and from an engine probe.
 ENGINE_PARTS_FIELDS = ("micro_batch_engine_host_s", "engine_step_s")
 CPU_DIRECT_FIELD = "cpu_direct_over_parts"  # optional: only where a CPU micro-batch was run
+# What the micro-batch run whole scales (cpu_direct_over_parts when the parts are measured, the
+# post-run re-timing's factor after a run): every time per micro-batch and per kernel.
+CPU_DIRECT_SCALED_FIELDS = (
+    "micro_batch_gemm_s",
+    "micro_batch_attention_s",
+    "micro_batch_other_s",
+    "micro_batch_host_s",
+    "host_us_per_kernel",
+)
 STEP_PARTS_FIELDS = tuple(
     f.name
     for f in dataclasses.fields(MeasuredParts)

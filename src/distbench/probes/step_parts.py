@@ -56,7 +56,12 @@ from typing import Any
 from distbench.compose.schema import ModelConfig
 from distbench.probes import cache, host_load, runner
 from distbench.probes.detect import num_cpu_cores
-from distbench.probes.parts import CPU_DIRECT_FIELD, MeasuredParts, is_step_parts
+from distbench.probes.parts import (
+    CPU_DIRECT_FIELD,
+    CPU_DIRECT_SCALED_FIELDS,
+    MeasuredParts,
+    is_step_parts,
+)
 from distbench.probes.timing import (
     HOST_PROBE_TOKENS,
     attention_seconds,
@@ -151,11 +156,7 @@ def time_step_parts(
         priced_s = tuple(sum(parts[n]) + traces[n].num_kernels * host_per_kernel for n in (1, 2))
         direct = cpu_direct_figures(model_cfg, dtype, (micro_batch_size, seq_len), priced_s)
     scale = direct.get(CPU_DIRECT_FIELD) or 1.0
-    gemm_total, attention_total, other_total = (
-        scale * t for t in (gemm_total, attention_total, other_total)
-    )
-    host_per_kernel *= scale
-    return {
+    figures = {
         "micro_batch_gemm_s": gemm_total,
         "micro_batch_attention_s": attention_total,
         "micro_batch_other_s": other_total,
@@ -169,6 +170,7 @@ def time_step_parts(
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **direct,
     }
+    return {**figures, **{f: figures[f] * scale for f in CPU_DIRECT_SCALED_FIELDS}}
 
 
 def direct_probe_bytes(model_cfg: ModelConfig, dtype: str, tokens: tuple[int, int]) -> float:
@@ -265,16 +267,15 @@ def direct_after_run(
     depth in a `python -m distbench.probes.step_parts --direct-layers N` subprocess, uncached.
     None when the entry ran no whole micro-batch. runner.PROBE_ERRORS when the probe fails."""
     key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
-    entry = cache.cached_entry(CACHE_FILE, key, is_step_parts) or _BUSY.get(key)
+    entry = _entry(key)
     layers = (entry or {}).get("direct_probe_layers")
     if not isinstance(layers, int) or not _positive(entry.get("micro_batch_direct_s")):
         return None
-    args = ["-m", MODULE, "--device", "cpu", "--dtype", dtype, "--direct-layers", str(layers)]
-    args += ["--model-json", json.dumps(dataclasses.asdict(model_cfg))]
-    args += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
-    args += ["--threads", str(threads)]  # as the cached run had them (time_step_parts)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    now_s = runner.run_probe(args, env, timeout_s).get("micro_batch_direct_s")
+    # on the rank's threads, as the cached micro-batch ran (time_step_parts)
+    args, env = _probe_command(model_cfg, dtype, (micro_batch_size, seq_len), "cpu", threads)
+    now_s = runner.run_probe([*args, "--direct-layers", str(layers)], env, timeout_s).get(
+        "micro_batch_direct_s"
+    )
     if not _positive(now_s):
         raise ValueError(f"step_parts --direct-layers printed no time: {now_s!r}")
     return float(now_s), entry
@@ -359,13 +360,10 @@ def measured_step_parts(
     distbench.probes.step_parts` subprocess (it caches them). Raises runner.NotMeasured under
     cache_only() without an entry, runner.ProbeFailed when the probe failed (now or before)."""
     key = cache_key(device_name, dtype, model_cfg, micro_batch_size, seq_len, threads)
-    figures = cache.cached_entry(CACHE_FILE, key, is_step_parts) or _BUSY.get(key)
+    figures = _entry(key)
     if figures is None:
-        args = ["-m", MODULE, "--device", device, "--dtype", dtype]
-        args += ["--model-json", json.dumps(dataclasses.asdict(model_cfg))]
-        args += ["--micro-batch-size", str(micro_batch_size), "--seq-len", str(seq_len)]
-        args += ["--device-name", device_name, "--threads", str(threads)]
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if device == "cpu" else None
+        args, env = _probe_command(model_cfg, dtype, (micro_batch_size, seq_len), device, threads)
+        args += ["--device-name", device_name]
         if runner.probing_allowed() and key not in _FAILED:  # a log says what the wait is
             print(
                 f"distbench: timing the step parts of a {micro_batch_size} x {seq_len} "
@@ -384,6 +382,24 @@ def measured_step_parts(
                 flush=True,
             )
     return MeasuredParts.from_figures(figures)
+
+
+def _entry(key: str) -> dict[str, Any] | None:
+    """The cached figures of `key`, else those this process measured on a busy host, else None."""
+    return cache.cached_entry(CACHE_FILE, key, is_step_parts) or _BUSY.get(key)
+
+
+def _probe_command(
+    model_cfg: ModelConfig, dtype: str, tokens: tuple[int, int], device: str, threads: int
+) -> tuple[list[str], dict[str, str] | None]:
+    """The `python -m distbench.probes.step_parts` arguments for this shape, and its
+    environment: a CPU probe gets the rank's threads (OMP_NUM_THREADS)."""
+    args = ["-m", MODULE, "--device", device, "--dtype", dtype]
+    args += ["--model-json", json.dumps(dataclasses.asdict(model_cfg))]
+    args += ["--micro-batch-size", str(tokens[0]), "--seq-len", str(tokens[1])]
+    args += ["--threads", str(threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if device == "cpu" else None
+    return args, env
 
 
 def _probed(args: list[str], env: dict[str, str] | None, timeout_s: float) -> dict[str, Any]:

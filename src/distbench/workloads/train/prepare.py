@@ -35,7 +35,7 @@ from distbench.compose.schema import TIME_SOURCES, ConfigError
 from distbench.job import Job
 from distbench.probes import runner, step_parts
 from distbench.probes.detect import device_name, num_cpu_cores
-from distbench.probes.parts import STEP_PARTS_FIELDS, MeasuredParts
+from distbench.probes.parts import CPU_DIRECT_SCALED_FIELDS, STEP_PARTS_FIELDS
 from distbench.probes.runner import NotMeasured, ProbeFailed
 from distbench.probes.step_parts import measured_step_parts
 from distbench.probes.threads import rank_threads, ranks_sharing_machine
@@ -100,16 +100,6 @@ def after_run(job: Job) -> Job:
     return with_direct_after_run(job)
 
 
-# The parts' fields scaled with the micro-batch's time (as cpu_direct_over_parts scales them).
-SCALED_WITH_DIRECT = (
-    "micro_batch_gemm_s",
-    "micro_batch_attention_s",
-    "micro_batch_other_s",
-    "micro_batch_host_s",
-    "host_us_per_kernel",
-)
-
-
 def with_direct_after_run(job: Job, timeout_s: float = 300.0) -> Job:
     """A CPU job predicted from cached parts that ran their micro-batch whole (also parts
     measured just before launch under `time_source=measured`): that micro-batch run again now
@@ -138,18 +128,17 @@ def with_direct_after_run(job: Job, timeout_s: float = 300.0) -> Job:
     if rerun is None:
         return job
     now_s, entry = rerun
-    parts = MeasuredParts.from_figures(entry).measured_fields()
-    if any(getattr(measured, field) != parts[field] for field in STEP_PARTS_FIELDS):
+    if any(getattr(measured, field) != entry[field] for field in STEP_PARTS_FIELDS):
         return job  # measured again since the job read them: not the time they were priced at
     ratio = now_s / entry["micro_batch_direct_s"]
-    scaled = {field: parts[field] * ratio for field in SCALED_WITH_DIRECT}
+    scaled = {field: getattr(measured, field) * ratio for field in CPU_DIRECT_SCALED_FIELDS}
     print(
         f"distbench: the micro-batch run whole after the ranks: {now_s:.3g} s, against "
         f"{entry['micro_batch_direct_s']:.3g} s when its parts were timed "
         f"({entry.get('measured_at', '?')}): the parts x {ratio:.3f}",
         flush=True,
     )
-    return job.with_measured(**{**parts, **scaled}, cpu_direct_after_run_over_cached=ratio)
+    return job.with_measured(**scaled, cpu_direct_after_run_over_cached=ratio)
 
 
 def _where(job: Job) -> tuple[str, str, int]:
