@@ -206,9 +206,8 @@ def _megatron(
 
 
 MEGATRON_TP = (
-    "Megatron splits the LM head over tp (vocab-parallel) and fuses QKV and the MLP's input "
-    "(4 TP all-reduces per layer); distbench's torch TP replicates the head and all-reduces "
-    "q, k, v, gate and up apart (7 per layer)"
+    "Megatron fuses QKV and the MLP's input (4 TP all-reduces per layer); distbench's torch TP "
+    "all-reduces q, k, v, gate and up apart (7 per layer)"
 )
 
 

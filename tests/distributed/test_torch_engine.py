@@ -99,6 +99,22 @@ def test_deepspeed_autotp_times_dp_on_four_ranks_equals_single(readme_sweep, sin
     assert_same_losses(result, single_losses(2 * MICRO_BATCH_SIZE))
 
 
+def test_torch_tp_splits_a_tied_vocabulary_and_computes_the_same_losses(tmp_path):
+    """strategy.vocab_parallel (on by default): each tp rank holds half of the tied embedding
+    table, which its LM head shares, and the loss read from the split logits under
+    loss_parallel is the replicated head's (the untied split equals single in the grid sweep)."""
+    tied = ["strategy=torch_tp", "world_size=2", "model.tie_word_embeddings=true"]
+    results = {}
+    for split in (True, False):
+        tmp = tmp_path / str(split)
+        tmp.mkdir()
+        results[split] = run(tmp, [*tied, f"strategy.vocab_parallel={str(split).lower()}"])[1]
+    assert_same_losses(results[True], results[False]["losses"])
+    table = 8192 * 256  # conf/model/tiny.yaml: vocabulary × hidden, one tensor when tied
+    for whole, split in zip(results[False]["ranks"], results[True]["ranks"], strict=True):
+        assert whole["num_params_local"] - split["num_params_local"] == table // 2
+
+
 @pytest.mark.slow  # 8 ranks time-share 2 cores: ~1.5 min here
 def test_3d_on_eight_ranks_equals_single(tmp_path, single_losses):
     _, result = run(tmp_path, ["strategy=3d", "world_size=8"])

@@ -59,16 +59,24 @@ def test_a_gpu_job_is_never_oversubscribed():
 def test_tensor_parallel_traffic_is_what_the_engines_send_per_layer():
     """Llama under tp=2: 2 row-parallel all-reduces in forward, 5 column-parallel input
     gradients in backward per layer; DeepSpeed's AutoTP head also gathers the logits and
-    all-reduces its input gradient; torch_tp replicates the head (no head traffic)."""
+    all-reduces its input gradient; torch_tp's vocab-parallel embedding and head all-reduce the
+    embedding's output and the head's input gradient, and with strategy.vocab_parallel=false
+    replicate both (no head traffic)."""
     b, s, h, v, layers, m = 4, 512, 256, 8192, 4, 4
     one = b * s * h * 4  # fp32 activations
     ds = predict(_cpu_job(["strategy=tp", "world_size=2"]))
     head = ring_gather_bytes(b * s * v * 4, 2) + ring_all_reduce_bytes(one, 2)
     assert ds.comm_bytes["tp"] == pytest.approx(m * (layers * 7 * one + head))
     torch_tp = predict(_cpu_job(["strategy=torch_tp", "world_size=2"]))
-    assert torch_tp.comm_bytes["tp"] == pytest.approx(m * layers * 7 * one)
-    # the replicated head runs whole on each tp rank: more compute than DeepSpeed's split one
-    assert torch_tp.time_s["compute"] > 1.2 * ds.time_s["compute"]
+    split = 2 * ring_all_reduce_bytes(one, 2)
+    assert torch_tp.comm_bytes["tp"] == pytest.approx(m * (layers * 7 * one + split))
+    whole = predict(
+        _cpu_job(["strategy=torch_tp", "world_size=2", "strategy.vocab_parallel=false"])
+    )
+    assert whole.comm_bytes["tp"] == pytest.approx(m * layers * 7 * one)
+    # the replicated head runs whole on each tp rank: more compute than either split one
+    assert whole.time_s["compute"] > 1.2 * ds.time_s["compute"]
+    assert torch_tp.time_s["compute"] == pytest.approx(ds.time_s["compute"])
 
 
 def test_the_last_pipeline_stage_sets_the_step_and_the_others_the_bubble():

@@ -10,10 +10,13 @@ TP → AC → compile → FSDP):
 3. tp > 1: DTensor `parallelize_module` on each decoder layer over the tp sub-mesh: q/k/v and
    gate/up `ColwiseParallel` (whole heads per rank: the attention's `view(..., -1, head_dim)`
    infers the local head count from the local output), o and down `RowwiseParallel` (their
-   outputs are all-reduced, back to plain tensors); embedding, norms and LM head replicated;
-   then `activation_checkpointing`: the picked decoder layers (of the model, or of this
-   stage) recompute in backward (non-reentrant, ranks/layers.py); then `workload.compile`:
-   `torch.compile` per decoder layer;
+   outputs are all-reduced, back to plain tensors); norms replicated; the token embedding and
+   the LM head split by vocabulary (`strategy.vocab_parallel`, default on: Megatron's
+   vocab-parallel embedding and head, torchtitan's loss parallel: each rank's logits are its
+   vocabulary slice, which the loss reads under `loss_parallel` without gathering them; off,
+   both stay whole on every tp rank); then `activation_checkpointing`: the picked decoder
+   layers (of the model, or of this stage) recompute in backward (non-reentrant,
+   ranks/layers.py); then `workload.compile`: `torch.compile` per decoder layer;
 4. dp > 1: `strategy.data_parallel` over the dp sub-mesh: `ddp` (DistributedDataParallel; with
    TP through torch's DTensor→local transform) or `fsdp` (FSDP2 `fully_shard` per decoder layer,
    then the root; sharded like ZeRO-3);
@@ -56,6 +59,14 @@ class TorchStrategyConfig(StrategyConfig):
     engine: str = "torch"
     data_parallel: str | None = None  # ddp | fsdp across replicas (None: ddp)
     pp_schedule: str | None = None  # gpipe | 1f1b (None: DEFAULT_PP_SCHEDULE)
+    vocab_parallel: bool = True  # tp > 1: embedding and LM head split by vocabulary
+
+
+def vocab_parallel(job: Job) -> bool:
+    """Whether the job's token embedding and LM head are split over tp by vocabulary (the
+    torch engine's TP with strategy.vocab_parallel; DeepSpeed's AutoTP splits its head too, but
+    gathers the logits: figures/job_terms.py)."""
+    return job.engine == "torch" and job.layout.tp > 1 and bool(job.strategy.vocab_parallel)
 
 
 SPEC = register(EngineSpec(name="torch", module=__name__, strategy_schema=TorchStrategyConfig))
@@ -72,8 +83,8 @@ def resolve_zero_stage(strategy: TorchStrategyConfig, chosen: int | None) -> Non
 
 
 def check(job: Job) -> None:
-    """What the torch engine runs: TP of Llama only (whole MLP splits), untied embeddings under
-    pp, and 1F1B with at least pp micro-batches."""
+    """What the torch engine runs: TP of Llama only (whole MLP splits, the vocabulary split
+    evenly), untied embeddings under pp, and 1F1B with at least pp micro-batches."""
     strategy, model, name = job.strategy, job.model, job.strategy.name
     tp, pp = job.layout.tp, job.layout.pp
     if strategy.data_parallel is not None:
@@ -89,6 +100,11 @@ def check(job: Job) -> None:
         raise ConfigError(
             f"model.intermediate_size({model.intermediate_size}) is not divisible by tp({tp}); "
             "the MLP's gate/up/down are split evenly"
+        )
+    if tp > 1 and strategy.vocab_parallel and model.vocab_size % tp:
+        raise ConfigError(
+            f"model.vocab_size({model.vocab_size}) is not divisible by tp({tp}); the embedding and "
+            "LM head are split by vocabulary evenly (set strategy.vocab_parallel=false)"
         )
     if pp > 1 and model.tie_word_embeddings:
         raise ConfigError(
@@ -127,6 +143,46 @@ def apply_tp(module: Any, tp_mesh: Any) -> None:
     plan.update({name: RowwiseParallel() for name in TP_PLAN_ROWWISE})
     for layer in _decoder_layers(module):
         parallelize_module(layer, tp_mesh, plan)
+
+
+def apply_vocab_parallel(module: Any, embedding: Any, head: Any, tp_mesh: Any) -> None:
+    """The token embedding and the LM head of `module` (a model or a pipeline stage: those it
+    holds) split over tp by vocabulary, torchtitan's plan without sequence parallel: the
+    embedding's rows (each rank looks its slice up, the partial sums are all-reduced), the
+    head's output columns (its logits stay a DTensor sharded on the vocabulary, for the loss
+    under `loss_parallel`). A tied head keeps sharing the embedding's split table."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    held = {id(sub) for sub in module.modules()}
+    tied = head.weight is embedding.weight
+    if id(embedding) in held:
+        rows = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+        parallelize_module(embedding, tp_mesh, rows)
+    if id(head) in held:
+        columns = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+        parallelize_module(head, tp_mesh, columns)
+        if tied:
+            head.weight = embedding.weight
+
+
+def _loss_context(split_logits: bool) -> Any:
+    """`loss_parallel` where the logits are split by vocabulary (forward and backward of
+    the loss run inside it), else nothing."""
+    if not split_logits:
+        return contextlib.nullcontext()
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    return loss_parallel()
+
+
+def _local(value: Any) -> Any:
+    """A loss as a plain tensor (loss_parallel's is a replicated DTensor)."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value
 
 
 def _checkpoint_and_compile(module: Any, job: Job, coords: tuple[int, ...]) -> None:
@@ -202,6 +258,7 @@ class TorchEngine:
     pp_group: Any = None
     stage: tuple[int, int] = (0, 1)  # (this stage, number of stages)
     autocast_dtype: Any = None  # bf16-mixed outside FSDP2: forward under torch.autocast
+    split_logits: bool = False  # vocab-parallel head: the loss runs under loss_parallel
 
     def _autocast(self) -> Any:
         import torch
@@ -227,11 +284,12 @@ class TorchEngine:
             losses = []
             for i, mb in enumerate(micro_batches):
                 mb = mb.to(self.device)
-                with self._sync(i == len(micro_batches) - 1):
+                last = i == len(micro_batches) - 1
+                with self._sync(last), _loss_context(self.split_logits):
                     with self._autocast():
                         loss = self.module(input_ids=mb, labels=mb).loss.float()
                     (loss / len(micro_batches)).backward()
-                losses.append(loss.detach())
+                losses.append(_local(loss.detach()))
             loss = torch.stack(losses).mean()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -246,7 +304,7 @@ class TorchEngine:
         tokens = torch.cat(micro_batches).to(self.device)
         stage, num_stages = self.stage
         losses: list[Any] = []
-        with self._autocast():
+        with self._autocast(), _loss_context(self.split_logits):
             if stage == 0:
                 self.schedule.step(tokens)
             elif stage == num_stages - 1:
@@ -255,7 +313,7 @@ class TorchEngine:
                 self.schedule.step()
         loss = torch.zeros((), dtype=torch.float32, device=self.device)
         if losses:
-            loss = torch.stack([x.detach().float() for x in losses]).mean()
+            loss = torch.stack([_local(x.detach()).float() for x in losses]).mean()
         dist.all_reduce(loss, group=self.pp_group)
         return loss
 
@@ -291,12 +349,16 @@ def initialize(model: Any, job: Job) -> TorchEngine:
     if not shards_on_meta:
         materialise_if_meta(model, device, seed)
     module = model.train()
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     if pp > 1:
         from distbench.engines.pipeline import stage_module
 
         module = stage_module(model, coords[1], pp)
     if tp > 1:
         apply_tp(module, mesh["tp"])
+    split_logits = vocab_parallel(job)
+    if split_logits:
+        apply_vocab_parallel(module, embedding, head, mesh["tp"])
     _checkpoint_and_compile(module, job, coords)
     if data_parallel == "fsdp":
         module = apply_data_parallel(module, "fsdp", mesh["dp"], device, tp, pp, compute_dtype)
@@ -315,6 +377,7 @@ def initialize(model: Any, job: Job) -> TorchEngine:
         data_parallel=data_parallel,
         # torchtitan's rule: FSDP2 casts by its policy; everything else runs under autocast
         autocast_dtype=compute_dtype if data_parallel != "fsdp" else None,
+        split_logits=split_logits,
     )
     if pp > 1:
         engine.schedule = _pipeline_schedule(module, job, coords[1], pp, mesh["pp"], device)

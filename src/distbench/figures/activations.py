@@ -89,7 +89,7 @@ def hf_activation_bytes_per_layer(
     return s * b * (dtype_bytes * elements + scores)
 
 
-def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int = 1) -> float:
+def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: float, tp: int = 1) -> float:
     """The cross-entropy's fp32 logits: 4·s·b·v/t bytes (Korthikanti et al. 2022, section
     4.3). A lower bound: see `loss_logits_bytes` for what the loss really holds."""
     return 4.0 * seq_len * micro_batch_size * vocab_size / tp
@@ -99,7 +99,7 @@ def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int =
 LOSS_PEAK_BYTES_PER_LOGIT = 3.0 * BYTES_PER_DTYPE["fp32"]
 
 
-def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: int = 1) -> float:
+def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: float, tp: int = 1) -> float:
     """The logits at the loss's peak, in log-softmax's backward (at the start of every
     backward, right after nll_loss's): HF's ForCausalLMLoss upcasts the logits to fp32,
     cross_entropy saves its fp32 log-softmax (4 B each), nll_loss's backward hands it a dense
@@ -114,7 +114,7 @@ def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: int, tp: 
 def pipeline_logits_held_bytes(
     seq_len: int,
     micro_batch_size: int,
-    vocab_size: int,
+    vocab_size: float,
     num_micro_batches: int,
     *,
     dtype_bytes: int,

@@ -44,20 +44,27 @@ def grads_freed_between_steps(
 
 
 def autocast_copies_recomputed(
-    copies: float, split: ParamSplit, layout: Layout, recomputed_layers: float
+    copies: float,
+    split: ParamSplit,
+    layout: Layout,
+    recomputed_layers: float,
+    outside_layers_whole: bool = True,
 ) -> float:
     """The bytes of autocast's bf16 weight copies (`copies`, this device's) that belong to
     checkpointed decoder layers: the autocast cache holds them to the end of the forward, then
     nothing does (the checkpointed forward saved no tensor; its recompute casts again, one
-    layer at a time)."""
+    layer at a time). outside_layers_whole: as params_per_model_shard (the torch engine's
+    embedding and head unless split by vocabulary)."""
     if not copies or not recomputed_layers:
         return 0.0
-    shard = params_per_model_shard(split, layout.tp, layout.pp, outside_layers_whole=True)
+    shard = params_per_model_shard(
+        split, layout.tp, layout.pp, outside_layers_whole=outside_layers_whole
+    )
     return copies * min(1.0, recomputed_layers * split.per_layer / layout.tp / shard)
 
 
 def forward_end_excess(
-    copies_recomputed: float, seq_len: int, micro_batch_size: int, vocab_size: int
+    copies_recomputed: float, seq_len: int, micro_batch_size: int, vocab_size: float
 ) -> float:
     """What the end of the forward holds beyond the backward's start when checkpointed layers'
     weight copies die in between: those copies, less the loss's growth from its forward
@@ -83,15 +90,18 @@ def when_alive(
     split: ParamSplit,
     layout: Layout,
     recomputed_layers: float,
-    logits_shape: tuple[int, int, int],
+    logits_shape: tuple[int, int, float],
+    outside_layers_whole: bool = True,
 ) -> Alive:
     """Autocast's weight copies of the checkpointed layers leave the resident params
     (`autocast_copies_recomputed`); what the forward's end holds beyond the backward's start
     joins the activations as autocast_copies_forward_end (`forward_end_excess`; logits_shape
-    is (seq_len, micro_batch_size, vocab_size))."""
+    is (seq_len, micro_batch_size, this device's vocabulary))."""
     sums, by_term, acts = dict(sums), dict(by_term), dict(acts)
     for name in [k for k in by_term if k.startswith("autocast")]:
-        dead = autocast_copies_recomputed(by_term[name], split, layout, recomputed_layers)
+        dead = autocast_copies_recomputed(
+            by_term[name], split, layout, recomputed_layers, outside_layers_whole
+        )
         if dead:
             by_term[name] -= dead
             sums["params"] -= dead

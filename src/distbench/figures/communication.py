@@ -98,6 +98,7 @@ def tp_comm_bytes(
     grad_accum_steps: int = 1,
     all_reduces_per_layer: int = MEGATRON_TP_ALL_REDUCES_PER_LAYER,
     head_vocab: int = 0,
+    vocab_parallel: bool = False,
 ) -> float:
     """Tensor-parallel bytes per device per step: `all_reduces_per_layer` all-reduces of b·s·h
     per layer per micro-batch (Megatron-LM's 4: 2 in forward, after attention and after the
@@ -105,7 +106,10 @@ def tp_comm_bytes(
     TP_ALL_REDUCES_PER_LAYER), ring factor 2(t−1)/t. `head_vocab` > 0: the LM head is
     column-parallel with its output gathered (DeepSpeed AutoTP's training head,
     LinearLayer(gather_output=True)): an all-gather of the b·s·vocab logits in forward and an
-    all-reduce of its b·s·h input gradient in backward."""
+    all-reduce of its b·s·h input gradient in backward. `vocab_parallel`: the embedding and
+    head split by vocabulary, the logits left split (Megatron's, the torch engine's): an
+    all-reduce of the embedding's b·s·h output in forward and of the head's input gradient in
+    backward (the loss's own all-reduces carry b·s floats: left out)."""
     if tp == 1:
         return 0.0
     one = micro_batch_size * seq_len * hidden_size * act_bytes
@@ -113,6 +117,8 @@ def tp_comm_bytes(
     if head_vocab:
         logits = micro_batch_size * seq_len * head_vocab * act_bytes
         per_micro += ring_gather_bytes(logits, tp) + ring_all_reduce_bytes(one, tp)
+    if vocab_parallel:
+        per_micro += 2 * ring_all_reduce_bytes(one, tp)
     return grad_accum_steps * per_micro
 
 
@@ -140,9 +146,11 @@ def comm_bytes_per_group(
     grad_accum_steps: int,
     tp_all_reduces_per_layer: int = MEGATRON_TP_ALL_REDUCES_PER_LAYER,
     tp_head_vocab: int = 0,
+    tp_vocab_parallel: bool = False,
 ) -> dict[str, float]:
     """Bytes one device sends per step in each group: `dp_comm_bytes`, `tp_comm_bytes` (with
-    its all-reduces per layer and its gathered head's vocabulary), `pp_comm_bytes`."""
+    its all-reduces per layer, its gathered head's vocabulary or its vocab-parallel embedding
+    and head), `pp_comm_bytes`."""
     b, s, h, m = micro_batch_size, seq_len, hidden_size, grad_accum_steps
     return {
         "dp": dp_comm_bytes(
@@ -163,6 +171,7 @@ def comm_bytes_per_group(
             grad_accum_steps=m,
             all_reduces_per_layer=tp_all_reduces_per_layer,
             head_vocab=tp_head_vocab,
+            vocab_parallel=tp_vocab_parallel,
         ),
         "pp": pp_comm_bytes(layout.pp, b, s, h, act_bytes=act_bytes, num_micro=m),
     }
@@ -182,7 +191,8 @@ def collectives_per_group(
     buckets (reduce, plus the all-gather of updated params for stage 1/2; reduce_bucket_size
     elements each); ZeRO-3 all-gathers each weight matrix in forward and in backward (+ the
     embedding and LM head); tp `tp_all_reduces_per_layer` all-reduces per layer per
-    micro-batch (+ the gathered head's all-gather and all-reduce); pp a send forward and one
+    micro-batch (+ 2 where the head is split: the gathered head's all-gather and all-reduce, or
+    the vocab-parallel embedding's and head's all-reduces); pp a send forward and one
     backward per micro-batch."""
     m = grad_accum_steps
     bucket = float((zero_block or {}).get("reduce_bucket_size", DEFAULT_BUCKET_ELEMENTS))

@@ -64,7 +64,7 @@ def activation_tensor_bytes(
     tokens: int,
     hidden_size: int,
     intermediate_size: int,
-    vocab_size: int,
+    vocab_size: float,
     largest_matrix: int,
     tp: int,
     dtype_bytes: int,

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from distbench.engines.torch_native import vocab_parallel
 from distbench.figures.activations import num_recomputed_layers, recompute_flops_fraction
 from distbench.figures.communication import (
     MEGATRON_TP_ALL_REDUCES_PER_LAYER,
@@ -99,13 +100,12 @@ def communicated_bytes(job: Job) -> StateBytes:
 
 
 def device_shard(job: Job) -> Shard:
-    """The job's `Shard` (DeepSpeed divides everything by tp; torch_tp replicates the
-    embedding, final norm and LM head)."""
+    """The job's `Shard` (DeepSpeed divides everything by tp; torch_tp the embedding and LM
+    head too when it splits them by vocabulary, else it replicates them, with the final norm)."""
     layout = dataclasses.replace(job.layout, zero_stage=zero_equivalent_stage(job))
     split = param_split(job.model)
-    params = params_per_model_shard(
-        split, layout.tp, layout.pp, outside_layers_whole=job.engine == "torch"
-    )
+    outside_whole = job.engine == "torch" and not vocab_parallel(job)
+    params = params_per_model_shard(split, layout.tp, layout.pp, outside_layers_whole=outside_whole)
     return Shard(layout, split, params, split.num_layers / layout.pp, communicated_bytes(job))
 
 
@@ -143,6 +143,7 @@ def job_memory(job: Job, shard: Shard, *, recompute: bool) -> Memory:
         pp_schedule=strategy.pp_schedule,
         checkpointing=job.activation_checkpointing,
         checkpointing_every=job.activation_checkpointing_every,
+        vocab_parallel=vocab_parallel(job),
     )
 
 
@@ -174,7 +175,8 @@ def job_comm_bytes(job: Job, shard: Shard) -> dict[str, float]:
         act_bytes=BYTES_PER_DTYPE[job.dtype],
         grad_accum_steps=job.batch.grad_accum_steps,
         tp_all_reduces_per_layer=tp_all_reduces_per_layer(job),
-        tp_head_vocab=job.model.vocab_size if tp_head_split(job) else 0,
+        tp_head_vocab=job.model.vocab_size if tp_head_gathered(job) else 0,
+        tp_vocab_parallel=vocab_parallel(job),
     )
 
 
@@ -184,10 +186,17 @@ def tp_all_reduces_per_layer(job: Job) -> int:
     return TP_ALL_REDUCES_PER_LAYER.get(job.model.family, MEGATRON_TP_ALL_REDUCES_PER_LAYER)
 
 
-def tp_head_split(job: Job) -> bool:
-    """Whether the LM head is split over tp: DeepSpeed's AutoTP shards it (column-parallel,
-    its logits gathered), the torch engine's TP plan replicates it (torch_native.py)."""
+def tp_head_gathered(job: Job) -> bool:
+    """Whether the LM head is split over tp with its logits gathered (DeepSpeed's AutoTP:
+    column-parallel, LinearLayer(gather_output=True))."""
     return job.layout.tp > 1 and job.engine != "torch"
+
+
+def tp_head_split(job: Job) -> bool:
+    """Whether the LM head's compute is split over tp: DeepSpeed's AutoTP (its logits
+    gathered), the torch engine's vocab-parallel head (its logits stay split:
+    torch_native.vocab_parallel); the torch engine without it replicates the head."""
+    return tp_head_gathered(job) or vocab_parallel(job)
 
 
 def job_collectives(job: Job, shard: Shard) -> dict[str, float]:

@@ -292,7 +292,7 @@ def activation_terms(
     hidden_size: int,
     intermediate_size: int,
     num_heads: int,
-    vocab_size: int,
+    vocab_size: float,
     grad_accum_steps: int,
     dtype_bytes: int,
     attention_scores_stored: bool,
@@ -306,9 +306,10 @@ def activation_terms(
     """The forward/backward peak's terms: activations_layers (one HF layer's saved tensors ×
     the stage's layers × the micro-batches it holds: 1F1B min(pp, m), torch_pp's GPipe all m;
     a checkpointed layer keeps its input only, activations_recompute one layer's working set);
-    activations_logits (the loss's logits, the LM head whole under TP on both engines, plus
-    what torch_pp's last stage keeps); backward_grad_transient (a weight's gradient before it
-    is accumulated into .grad; a tied embedding gets two at once)."""
+    activations_logits (the loss's logits of `vocab_size`, this device's vocabulary: the whole
+    one under DeepSpeed's AutoTP, which gathers them, its tp slice under the torch engine's
+    vocab-parallel head; plus what torch_pp's last stage keeps); backward_grad_transient (a
+    weight's gradient before it is accumulated into .grad; a tied embedding gets two at once)."""
     per_layer = hf_activation_bytes_per_layer(
         family,
         seq_len,
@@ -346,7 +347,7 @@ def activation_terms(
 def _logits_bytes(
     seq_len: int,
     micro_batch_size: int,
-    vocab_size: int,
+    vocab_size: float,
     num_micro_batches: int,
     dtype_bytes: int,
     torch_pipeline: bool,
@@ -396,13 +397,16 @@ def memory_per_device(
     pp_schedule: str | None = None,
     checkpointing: str = "none",
     checkpointing_every: int = 2,
+    vocab_parallel: bool = False,
 ) -> Memory:
     """Every byte one device holds at its peak, by term (see `Memory` and this module's
-    docstring): model states, the engine's buffers, activations, runtime."""
+    docstring): model states, the engine's buffers, activations, runtime. vocab_parallel: the
+    torch engine's embedding and LM head split over tp by vocabulary, each device's logits its
+    slice (engines/torch_native.py); otherwise torch_tp keeps both whole."""
     stage, w, mixed = layout.zero_stage or 0, BYTES_PER_DTYPE[dtype], is_mixed(dtype, precision)
-    shard = params_per_model_shard(
-        split, layout.tp, layout.pp, outside_layers_whole=engine == "torch"
-    )
+    outside_whole = engine == "torch" and not vocab_parallel
+    shard = params_per_model_shard(split, layout.tp, layout.pp, outside_layers_whole=outside_whole)
+    logits_vocab = vocab_size / layout.tp if vocab_parallel else vocab_size
     terms = device_state_terms(engine, dtype, precision, stage, data_parallel, layout.dp)
     offload = offload_optimizer and not device_is_host  # the device is not the host
     states = place_model_states(
@@ -418,7 +422,7 @@ def memory_per_device(
         hidden_size=hidden_size,
         intermediate_size=intermediate_size or 4 * hidden_size,
         num_heads=num_heads,
-        vocab_size=vocab_size,
+        vocab_size=logits_vocab,
         dtype_bytes=w,
         attention_scores_stored=attention_scores_stored,
         recompute=recompute,
@@ -439,7 +443,8 @@ def memory_per_device(
         split,
         layout,
         recomputed,
-        (seq_len, micro_batch_size, vocab_size),
+        (seq_len, micro_batch_size, logits_vocab),
+        outside_layers_whole=outside_whole,
     )
     transient = grads_freed_between_steps(
         alive.sums["grads"],
@@ -456,7 +461,7 @@ def memory_per_device(
             seq_len * micro_batch_size,
             hidden_size,
             shape["intermediate_size"],
-            vocab_size,
+            logits_vocab,
             split.largest_matrix,
             layout.tp,
             w,

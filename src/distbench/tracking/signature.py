@@ -82,13 +82,24 @@ DEFAULT_ROOT_KEYS = {"activation_checkpointing": "none"}
 DEFAULT_WORKLOAD_KEYS = {"compile": False}
 
 
+def _splits_vocab(strategy: dict[str, Any]) -> bool:
+    """Whether a torch strategy node splits its embedding and LM head by vocabulary
+    (strategy.vocab_parallel under tp > 1): every torch run before the key replicated them, so
+    the key is hashed only where it changes what runs."""
+    return bool(strategy.get("vocab_parallel")) and strategy.get("tp", 1) != 1
+
+
 def _without_defaults(tree: dict[str, Any]) -> dict[str, Any]:
-    """The tree less DEFAULT_ROOT_KEYS and DEFAULT_WORKLOAD_KEYS that hold their default."""
+    """The tree less DEFAULT_ROOT_KEYS and DEFAULT_WORKLOAD_KEYS that hold their default, and
+    less strategy.vocab_parallel where it splits nothing (`_splits_vocab`)."""
     kept = {
         k: v for k, v in tree.items() if k not in DEFAULT_ROOT_KEYS or v != DEFAULT_ROOT_KEYS[k]
     }
     if kept.get("activation_checkpointing") != "selective":
         kept.pop("activation_checkpointing_every", None)
+    strategy = kept.get("strategy")
+    if isinstance(strategy, dict) and not _splits_vocab(strategy):
+        kept["strategy"] = {k: v for k, v in strategy.items() if k != "vocab_parallel"}
     workload = kept.get("workload")
     if isinstance(workload, dict):
         kept["workload"] = {

@@ -1,0 +1,101 @@
+"""The torch engine's vocab-parallel embedding and LM head (`strategy.vocab_parallel`), without
+launching ranks: the key (resolve, refusal, signature) and what the planner does with it (the
+head's parameters, logits, compute and communication over tp). Real ranks run it in
+tests/distributed/test_torch_engine.py (torch_tp and 3d equal single; a tied table split).
+
+    python -m pytest tests/unit/test_vocab_parallel.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from distbench.compose.schema import ConfigError
+from distbench.engines.torch_native import vocab_parallel
+from distbench.figures.activations import LOSS_PEAK_BYTES_PER_LOGIT
+from distbench.figures.communication import ring_all_reduce_bytes
+from distbench.figures.predict import predict
+from distbench.job import resolve_job
+from distbench.tracking.signature import run_signature
+from tests.conftest import CONF_DIR, compose_config
+
+pytestmark = pytest.mark.unit
+
+# An 8B on 8 H100s with tp 8: the head is 525M of its 8.0B parameters, its logits (128k
+# vocabulary) the largest activation.
+TP8 = ["model=llama3_8b", "world_size=8", "hardware=h100_sxm", "workload.dtype=bf16"]
+TP8 += ["strategy=torch_tp", "strategy.tp=8", "activation_checkpointing=full"]
+TP8 += ["batch.micro_batch_size=1", "batch.grad_accum_steps=1", "batch.seq_len=4096"]
+
+
+def job_of(*overrides: str):
+    return resolve_job(compose_config(list(overrides)), CONF_DIR)
+
+
+def test_on_by_default_under_torch_tp_only():
+    assert vocab_parallel(job_of("strategy=torch_tp", "world_size=2"))
+    assert not vocab_parallel(job_of("strategy=torch_tp", "strategy.vocab_parallel=false"))
+    assert not vocab_parallel(job_of("strategy=ddp", "world_size=2"))  # tp 1
+    assert not vocab_parallel(job_of("strategy=tp", "world_size=2"))  # DeepSpeed's AutoTP
+
+
+def test_a_vocabulary_tp_does_not_divide_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as refused:
+        job_of("strategy=torch_tp", "world_size=2", "model.vocab_size=8191")
+    message = str(refused.value)
+    assert "model.vocab_size(8191) is not divisible by tp(2)" in message
+    assert "strategy.vocab_parallel=false" in message and "\n" not in message
+    job_of(
+        "strategy=torch_tp",
+        "world_size=2",
+        "model.vocab_size=8191",
+        "strategy.vocab_parallel=false",
+    )
+
+
+def test_the_signature_changes_only_where_the_vocabulary_is_split():
+    """Every torch run before the key replicated the head: a split one measures something else
+    (a new signature), an unsplit one (tp 1, or vocab_parallel=false) keeps its old one."""
+
+    def without_key(tree):
+        return {
+            **tree,
+            "strategy": {k: v for k, v in tree["strategy"].items() if k != "vocab_parallel"},
+        }
+
+    split = job_of("strategy=torch_tp", "world_size=2").tree()
+    whole = job_of("strategy=torch_tp", "world_size=2", "strategy.vocab_parallel=false").tree()
+    ddp = job_of("strategy=ddp", "world_size=2").tree()
+    assert split["strategy"]["vocab_parallel"] is True  # a param of the run
+    assert run_signature(split) != run_signature(without_key(split))
+    assert (
+        run_signature(whole)
+        == run_signature(without_key(whole))
+        == run_signature(without_key(split))
+    )
+    assert run_signature(ddp) == run_signature(without_key(ddp))
+
+
+def test_the_planner_splits_the_head_its_logits_and_its_compute_over_tp():
+    split, whole = predict(job_of(*TP8)), predict(job_of(*TP8, "strategy.vocab_parallel=false"))
+    tp, seq, vocab, hidden = 8, 4096, 128256, 4096
+    head_params = vocab * hidden  # untied: the embedding is as large, on the same device
+    # fp32 params, grads and two Adam moments (16 B each) of 7/8 of embedding + head, less
+    mem_states = sum(split.mem.terms[k] for k in ("params_fp32", "grads_fp32"))
+    mem_states_whole = sum(whole.mem.terms[k] for k in ("params_fp32", "grads_fp32"))
+    assert mem_states_whole - mem_states == pytest.approx(
+        8 * 2 * head_params * (1 - 1 / tp), rel=1e-3
+    )
+    logits = seq * vocab * LOSS_PEAK_BYTES_PER_LOGIT
+    assert whole.mem.terms["activations_logits"] == pytest.approx(logits)
+    assert split.mem.terms["activations_logits"] == pytest.approx(logits / tp)
+    # the head's 6·V·h FLOPs per token run 1/tp on each device
+    head_flops = 6 * (head_params + hidden)  # + the final norm, counted with the head
+    assert whole.time_s["compute"] > split.time_s["compute"]
+    ratio = whole.time_s["compute"] / split.time_s["compute"]
+    layers_flops = split.flops_per_token - head_flops
+    assert ratio > 1 + 0.8 * head_flops * (1 - 1 / tp) / (layers_flops / tp + head_flops / tp)
+    # two more all-reduces of b·s·h per micro-batch: the embedding's output, the head's input grad
+    extra = 2 * ring_all_reduce_bytes(seq * hidden * 2, tp)
+    assert split.comm_bytes["tp"] - whole.comm_bytes["tp"] == pytest.approx(extra)
+    assert split.mem.total < whole.mem.total and split.step_time_s < whole.step_time_s
