@@ -115,6 +115,16 @@ def test_torch_tp_splits_a_tied_vocabulary_and_computes_the_same_losses(tmp_path
         assert whole["num_params_local"] - split["num_params_local"] == table // 2
 
 
+def test_sequence_parallel_with_checkpointed_layers_equals_single(tmp_path, single_losses):
+    """strategy.sequence_parallel: the norms and the residual stream split along the sequence
+    (DTensors sharded on dim 1 between the blocks), each checkpointed layer recomputing from its
+    slice; the losses are single's."""
+    overrides = ["strategy=torch_tp", "world_size=2", "strategy.sequence_parallel=true"]
+    outcome, result = run(tmp_path, [*overrides, "activation_checkpointing=full"])
+    assert outcome["equivalent"] == "true"
+    assert_same_losses(result, single_losses(MICRO_BATCH_SIZE))
+
+
 @pytest.mark.slow  # 8 ranks time-share 2 cores: ~1.5 min here
 def test_3d_on_eight_ranks_equals_single(tmp_path, single_losses):
     _, result = run(tmp_path, ["strategy=3d", "world_size=8"])

@@ -99,3 +99,56 @@ def test_the_planner_splits_the_head_its_logits_and_its_compute_over_tp():
     extra = 2 * ring_all_reduce_bytes(seq * hidden * 2, tp)
     assert split.comm_bytes["tp"] - whole.comm_bytes["tp"] == pytest.approx(extra)
     assert split.mem.total < whole.mem.total and split.step_time_s < whole.step_time_s
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["strategy.vocab_parallel=false"],
+            "strategy.sequence_parallel=true needs strategy.vocab_parallel=true",
+        ),
+        (
+            ["strategy=3d", "world_size=8"],
+            "strategy.sequence_parallel=true is not built under pp(2)",
+        ),
+        (["batch.seq_len=127"], "batch.seq_len(127) is not divisible by tp(2)"),
+    ],
+    ids=["without-vocab-parallel", "under-pp", "uneven-sequence"],
+)
+def test_what_sequence_parallel_cannot_run_is_refused_in_one_line(overrides, message):
+    base = ["strategy=torch_tp", "world_size=2", "strategy.sequence_parallel=true"]
+    with pytest.raises(ConfigError) as refused:
+        job_of(*base, *overrides)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_sequence_parallel_splits_the_norms_and_checkpointed_inputs_and_is_hashed_when_on():
+    from distbench.figures.activations import HF_SAVED_ELEMENTS, layer_input_bytes
+
+    for mode, layer_key in (("full", "activations_layers"), ("none", "activations_layers")):
+        sliced, whole = (
+            predict(job_of(*TP8, f"activation_checkpointing={mode}", *extra))
+            for extra in (["strategy.sequence_parallel=true"], [])
+        )
+        tp, seq, hidden, layers = 8, 4096, 4096, 32
+        if mode == "full":  # each layer keeps its input: its sequence slice
+            one = layer_input_bytes(seq, 1, hidden, 2)
+            assert whole.mem.terms[layer_key] == pytest.approx(layers * one)
+            assert sliced.mem.terms[layer_key] == pytest.approx(layers * one / tp)
+        else:  # the norms' saved tensors: their slice; the rest as TP splits it
+            norms = HF_SAVED_ELEMENTS["llama"][2] * hidden * seq * 2 * layers
+            saved = whole.mem.terms[layer_key] - sliced.mem.terms[layer_key]
+            assert saved == pytest.approx(norms * (1 - 1 / tp))
+        # one all-reduce's bytes more per layer per micro-batch (gathers and reduce-scatters)
+        extra = layers * ring_all_reduce_bytes(seq * hidden * 2, tp)
+        assert sliced.comm_bytes["tp"] - whole.comm_bytes["tp"] == pytest.approx(extra)
+    on = job_of("strategy=torch_tp", "world_size=2", "strategy.sequence_parallel=true").tree()
+    off = job_of("strategy=torch_tp", "world_size=2").tree()
+    assert off["strategy"]["sequence_parallel"] is False
+    assert run_signature(on) != run_signature(off)
+    without = {
+        **off,
+        "strategy": {k: v for k, v in off["strategy"].items() if k != "sequence_parallel"},
+    }
+    assert run_signature(off) == run_signature(without)  # the runs before the key keep theirs

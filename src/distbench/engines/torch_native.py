@@ -14,9 +14,12 @@ TP → AC → compile → FSDP):
    the LM head split by vocabulary (`strategy.vocab_parallel`, default on: Megatron's
    vocab-parallel embedding and head, torchtitan's loss parallel: each rank's logits are its
    vocabulary slice, which the loss reads under `loss_parallel` without gathering them; off,
-   both stay whole on every tp rank); then `activation_checkpointing`: the picked decoder
-   layers (of the model, or of this stage) recompute in backward (non-reentrant,
-   ranks/layers.py); then `workload.compile`: `torch.compile` per decoder layer;
+   both stay whole on every tp rank); with `strategy.sequence_parallel` (off by default; tp
+   without pp) the norms and the residual stream split along the sequence, each block's input
+   all-gathered and o/down reduce-scattered (torchtitan's plan); then
+   `activation_checkpointing`: the picked decoder layers (of the model, or of this stage)
+   recompute in backward (non-reentrant, ranks/layers.py); then `workload.compile`:
+   `torch.compile` per decoder layer;
 4. dp > 1: `strategy.data_parallel` over the dp sub-mesh: `ddp` (DistributedDataParallel; with
    TP through torch's DTensor→local transform) or `fsdp` (FSDP2 `fully_shard` per decoder layer,
    then the root; sharded like ZeRO-3);
@@ -60,6 +63,7 @@ class TorchStrategyConfig(StrategyConfig):
     data_parallel: str | None = None  # ddp | fsdp across replicas (None: ddp)
     pp_schedule: str | None = None  # gpipe | 1f1b (None: DEFAULT_PP_SCHEDULE)
     vocab_parallel: bool = True  # tp > 1: embedding and LM head split by vocabulary
+    sequence_parallel: bool = False  # tp > 1: norms and residual split along the sequence
 
 
 def vocab_parallel(job: Job) -> bool:
@@ -67,6 +71,13 @@ def vocab_parallel(job: Job) -> bool:
     torch engine's TP with strategy.vocab_parallel; DeepSpeed's AutoTP splits its head too, but
     gathers the logits: figures/job_terms.py)."""
     return job.engine == "torch" and job.layout.tp > 1 and bool(job.strategy.vocab_parallel)
+
+
+def sequence_parallel(job: Job) -> bool:
+    """Whether the job's torch TP runs sequence parallel (strategy.sequence_parallel, tp > 1):
+    the norms, the residual stream and each checkpointed layer's input split along the
+    sequence over tp."""
+    return job.engine == "torch" and job.layout.tp > 1 and bool(job.strategy.sequence_parallel)
 
 
 SPEC = register(EngineSpec(name="torch", module=__name__, strategy_schema=TorchStrategyConfig))
@@ -106,6 +117,8 @@ def check(job: Job) -> None:
             f"model.vocab_size({model.vocab_size}) is not divisible by tp({tp}); the embedding and "
             "LM head are split by vocabulary evenly (set strategy.vocab_parallel=false)"
         )
+    if tp > 1 and strategy.sequence_parallel:
+        _check_sequence_parallel(job)
     if pp > 1 and model.tie_word_embeddings:
         raise ConfigError(
             f"model.tie_word_embeddings=true cannot be split over pp({pp}) stages by the torch "
@@ -116,6 +129,28 @@ def check(job: Job) -> None:
         raise ConfigError(
             f"strategy.pp_schedule=1f1b needs batch.grad_accum_steps({micro_batches}) >= pp({pp}) "
             "micro-batches; raise grad_accum_steps or use pp_schedule=gpipe"
+        )
+
+
+def _check_sequence_parallel(job: Job) -> None:
+    """Sequence parallel runs with the vocab-parallel embedding (which hands the first layer
+    its sequence slices), without a pipeline split (its stages would pass DTensors) and on a
+    sequence tp divides."""
+    tp, pp, seq_len = job.layout.tp, job.layout.pp, job.batch.seq_len
+    if not job.strategy.vocab_parallel:
+        raise ConfigError(
+            "strategy.sequence_parallel=true needs strategy.vocab_parallel=true (the embedding "
+            "hands the first layer its sequence slices)"
+        )
+    if pp > 1:
+        raise ConfigError(
+            f"strategy.sequence_parallel=true is not built under pp({pp}); set "
+            "strategy.sequence_parallel=false or strategy.pp=1"
+        )
+    if seq_len % tp:
+        raise ConfigError(
+            f"batch.seq_len({seq_len}) is not divisible by tp({tp}); sequence parallel splits "
+            "the sequence evenly"
         )
 
 
@@ -131,40 +166,78 @@ def _decoder_layers(module: Any) -> list[Any]:
     return [getattr(parent, name) for parent, name in decoder_layer_slots(module)]
 
 
-def apply_tp(module: Any, tp_mesh: Any) -> None:
-    """Megatron-style TP of every decoder layer's attention and MLP projections."""
+def layer_tp_plan(by_sequence: bool) -> dict[str, Any]:
+    """One Llama decoder layer's TP plan. With sequence parallel (torchtitan's plan, Korthikanti
+    et al. 2022): the residual stream stays split along the sequence (a DTensor sharded on dim
+    1), the norms run on their slice, each block's input is all-gathered (PrepareModuleInput)
+    and o/down reduce-scatter their outputs back to sequence slices instead of all-reducing."""
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
+        PrepareModuleInput,
         RowwiseParallel,
-        parallelize_module,
+        SequenceParallel,
     )
 
-    plan = {name: ColwiseParallel() for name in TP_PLAN_COLWISE}
-    plan.update({name: RowwiseParallel() for name in TP_PLAN_ROWWISE})
+    plan: dict[str, Any] = {name: ColwiseParallel() for name in TP_PLAN_COLWISE}
+    if not by_sequence:
+        return plan | {name: RowwiseParallel() for name in TP_PLAN_ROWWISE}
+    sliced = RowwiseParallel(output_layouts=Shard(1), use_local_output=False)
+    return plan | {
+        **{name: sliced for name in TP_PLAN_ROWWISE},
+        "input_layernorm": SequenceParallel(),
+        "post_attention_layernorm": SequenceParallel(),
+        "self_attn": PrepareModuleInput(
+            input_kwarg_layouts={"hidden_states": Shard(1)},
+            desired_input_kwarg_layouts={"hidden_states": Replicate()},
+            use_local_output=True,
+        ),
+        "mlp": PrepareModuleInput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+        ),
+    }
+
+
+def apply_tp(module: Any, tp_mesh: Any, by_sequence: bool = False) -> None:
+    """Megatron-style TP of every decoder layer's attention and MLP projections
+    (`layer_tp_plan`)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    plan = layer_tp_plan(by_sequence)
     for layer in _decoder_layers(module):
         parallelize_module(layer, tp_mesh, plan)
 
 
-def apply_vocab_parallel(module: Any, embedding: Any, head: Any, tp_mesh: Any) -> None:
-    """The token embedding and the LM head of `module` (a model or a pipeline stage: those it
-    holds) split over tp by vocabulary, torchtitan's plan without sequence parallel: the
-    embedding's rows (each rank looks its slice up, the partial sums are all-reduced), the
-    head's output columns (its logits stay a DTensor sharded on the vocabulary, for the loss
-    under `loss_parallel`). A tied head keeps sharing the embedding's split table."""
+def apply_vocab_parallel(module: Any, model: Any, tp_mesh: Any, by_sequence: bool = False) -> None:
+    """The token embedding and the LM head of `module` (`model`, or its pipeline stage: those
+    it holds) split over tp by vocabulary, torchtitan's plan: the embedding's rows (each rank
+    looks its slice up, the partial sums are all-reduced, or reduce-scattered into sequence
+    slices under sequence parallel, where the final norm runs on its slice too), the head's
+    output columns (its logits stay a DTensor sharded on the vocabulary, for the loss under
+    `loss_parallel`). A tied head keeps sharing the embedding's split table."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
+        SequenceParallel,
         parallelize_module,
     )
 
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     held = {id(sub) for sub in module.modules()}
     tied = head.weight is embedding.weight
+    tokens = Shard(1) if by_sequence else Replicate()
     if id(embedding) in held:
-        rows = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+        rows = RowwiseParallel(
+            input_layouts=Replicate(), output_layouts=tokens, use_local_output=not by_sequence
+        )
         parallelize_module(embedding, tp_mesh, rows)
     if id(head) in held:
-        columns = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+        if by_sequence:
+            parallelize_module(model.base_model.norm, tp_mesh, SequenceParallel())
+        columns = ColwiseParallel(
+            input_layouts=tokens, output_layouts=Shard(-1), use_local_output=False
+        )
         parallelize_module(head, tp_mesh, columns)
         if tied:
             head.weight = embedding.weight
@@ -349,16 +422,16 @@ def initialize(model: Any, job: Job) -> TorchEngine:
     if not shards_on_meta:
         materialise_if_meta(model, device, seed)
     module = model.train()
-    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     if pp > 1:
         from distbench.engines.pipeline import stage_module
 
         module = stage_module(model, coords[1], pp)
+    sliced = sequence_parallel(job)
     if tp > 1:
-        apply_tp(module, mesh["tp"])
+        apply_tp(module, mesh["tp"], sliced)
     split_logits = vocab_parallel(job)
     if split_logits:
-        apply_vocab_parallel(module, embedding, head, mesh["tp"])
+        apply_vocab_parallel(module, model, mesh["tp"], sliced)
     _checkpoint_and_compile(module, job, coords)
     if data_parallel == "fsdp":
         module = apply_data_parallel(module, "fsdp", mesh["dp"], device, tp, pp, compute_dtype)

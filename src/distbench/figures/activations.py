@@ -69,21 +69,29 @@ def hf_activation_bytes_per_layer(
     dtype_bytes: int = 2,
     attention_scores_stored: bool = False,
     recompute: bool = False,
+    sequence_parallel: bool = False,
 ) -> float:
     """Bytes one HF decoder layer saves for backward per micro-batch:
 
-        dtype · s·b · (c_h·h + c_i·i)  (HF_SAVED_ELEMENTS; TP splits all but the norms)
+        dtype · s·b · (c_h·h + c_i·i)  (HF_SAVED_ELEMENTS; TP splits all but the norms,
+                                       sequence parallel the norms too)
         + s·b·a·s · (dtype + 1) / t    with eager attention: the softmax output and the
                                        (p = 0) dropout's 1-byte mask
     SDPA's fused kernels keep only q, k, v, the output and the log-sum-exp: no s² term
     (Dao et al. 2022, FlashAttention). Full recomputation keeps the layer input, 2·s·b·h
-    bytes in 16 bits (Korthikanti et al. 2022)."""
+    bytes in 16 bits (Korthikanti et al. 2022), its sequence slice under sequence parallel.
+    Sequence parallel (torch's SequenceParallel norms): the norms' tensors are saved for the
+    rank's slice of the sequence; the all-gathered inputs of q/k/v and gate/up stay whole
+    (2·s·b·h: DTensor saves the gathered tensor, Megatron gathers again in backward), which is
+    what the norms' outputs cost without it (saved-tensor hooks on a tp=2 Llama layer:
+    4·s·b·h of norm tensors become 4·s·b·h/t, the rest unchanged)."""
     s, b = seq_len, micro_batch_size
     if recompute:
-        return layer_input_bytes(s, b, hidden_size, dtype_bytes)
+        return layer_input_bytes(s, b, hidden_size, dtype_bytes, tp if sequence_parallel else 1)
     c_h, c_i, replicated = HF_SAVED_ELEMENTS[family]
+    whole = replicated / (tp if sequence_parallel else 1)
     elements = (
-        replicated * hidden_size + ((c_h - replicated) * hidden_size + c_i * intermediate_size) / tp
+        whole * hidden_size + ((c_h - replicated) * hidden_size + c_i * intermediate_size) / tp
     )
     scores = num_heads * s * (dtype_bytes + 1) / tp if attention_scores_stored else 0.0
     return s * b * (dtype_bytes * elements + scores)
@@ -132,11 +140,12 @@ def pipeline_logits_held_bytes(
 
 
 def layer_input_bytes(
-    seq_len: int, micro_batch_size: int, hidden_size: int, dtype_bytes: int
+    seq_len: int, micro_batch_size: int, hidden_size: int, dtype_bytes: int, seq_shards: int = 1
 ) -> float:
     """What a checkpointed decoder layer keeps: its input hidden states, s·b·h in the
-    activations' dtype (not split by TP without sequence parallelism)."""
-    return float(dtype_bytes * seq_len * micro_batch_size * hidden_size)
+    activations' dtype (not split by TP without sequence parallelism; its tp slice, seq_shards,
+    with it)."""
+    return float(dtype_bytes * seq_len * micro_batch_size * hidden_size) / seq_shards
 
 
 def num_recomputed_layers(mode: str, every: int, num_layers: float) -> float:

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from distbench.engines.torch_native import vocab_parallel
+from distbench.engines.torch_native import sequence_parallel, vocab_parallel
 from distbench.figures.activations import num_recomputed_layers, recompute_flops_fraction
 from distbench.figures.communication import (
     MEGATRON_TP_ALL_REDUCES_PER_LAYER,
@@ -144,6 +144,7 @@ def job_memory(job: Job, shard: Shard, *, recompute: bool) -> Memory:
         checkpointing=job.activation_checkpointing,
         checkpointing_every=job.activation_checkpointing_every,
         vocab_parallel=vocab_parallel(job),
+        sequence_parallel=sequence_parallel(job),
     )
 
 
@@ -180,10 +181,28 @@ def job_comm_bytes(job: Job, shard: Shard) -> dict[str, float]:
     )
 
 
+# Sequence parallel on the torch engine, per decoder layer and micro-batch: forward all-gathers
+# each block's input and reduce-scatters o's and down's outputs (2 all-reduces' bytes in 4
+# collectives); backward all-gathers o's and down's output gradients (one all-reduce's bytes in
+# 2 more) beside the column-parallel input gradients' all-reduces. Against TP without it: one
+# all-reduce's bytes and 4 collectives more (engines/torch_native.layer_tp_plan).
+SEQUENCE_PARALLEL_EXTRA_ALL_REDUCES = 1
+SEQUENCE_PARALLEL_EXTRA_COLLECTIVES = 4
+
+
 def tp_all_reduces_per_layer(job: Job) -> int:
-    """The tensor-parallel all-reduces per decoder layer per micro-batch of the job's model
-    family (communication.TP_ALL_REDUCES_PER_LAYER; Megatron's 4 for another)."""
-    return TP_ALL_REDUCES_PER_LAYER.get(job.model.family, MEGATRON_TP_ALL_REDUCES_PER_LAYER)
+    """The tensor-parallel bytes per decoder layer per micro-batch of the job's model family,
+    in all-reduces of b·s·h (communication.TP_ALL_REDUCES_PER_LAYER; Megatron's 4 for
+    another), with sequence parallel's extra (SEQUENCE_PARALLEL_EXTRA_ALL_REDUCES)."""
+    base = TP_ALL_REDUCES_PER_LAYER.get(job.model.family, MEGATRON_TP_ALL_REDUCES_PER_LAYER)
+    return base + (SEQUENCE_PARALLEL_EXTRA_ALL_REDUCES if sequence_parallel(job) else 0)
+
+
+def tp_collectives_per_layer(job: Job) -> int:
+    """The tensor-parallel collectives per decoder layer per micro-batch (each pays the
+    latency once): the all-reduces, or under sequence parallel 4 more."""
+    base = TP_ALL_REDUCES_PER_LAYER.get(job.model.family, MEGATRON_TP_ALL_REDUCES_PER_LAYER)
+    return base + (SEQUENCE_PARALLEL_EXTRA_COLLECTIVES if sequence_parallel(job) else 0)
 
 
 def tp_head_gathered(job: Job) -> bool:
@@ -208,7 +227,7 @@ def job_collectives(job: Job, shard: Shard) -> dict[str, float]:
         job.batch.grad_accum_steps,
         job.zero_optimization,
         job.model.family,
-        tp_all_reduces_per_layer=tp_all_reduces_per_layer(job),
+        tp_all_reduces_per_layer=tp_collectives_per_layer(job),
         tp_head_split=tp_head_split(job),
     )
 

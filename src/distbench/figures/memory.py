@@ -302,6 +302,7 @@ def activation_terms(
     tied_embeddings: bool,
     checkpointing: str = "none",
     checkpointing_every: int = 2,
+    sequence_parallel: bool = False,
 ) -> dict[str, float]:
     """The forward/backward peak's terms: activations_layers (one HF layer's saved tensors ×
     the stage's layers × the micro-batches it holds: 1F1B min(pp, m), torch_pp's GPipe all m;
@@ -320,8 +321,10 @@ def activation_terms(
         tp=layout.tp,
         dtype_bytes=dtype_bytes,
         attention_scores_stored=attention_scores_stored,
+        sequence_parallel=sequence_parallel,
     )
-    layer_input = layer_input_bytes(seq_len, micro_batch_size, hidden_size, dtype_bytes)
+    seq_shards = layout.tp if sequence_parallel else 1
+    layer_input = layer_input_bytes(seq_len, micro_batch_size, hidden_size, dtype_bytes, seq_shards)
     stage_layers = split.num_layers / layout.pp
     recomputed = num_recomputed_layers(
         "full" if recompute else checkpointing, checkpointing_every, stage_layers
@@ -398,11 +401,13 @@ def memory_per_device(
     checkpointing: str = "none",
     checkpointing_every: int = 2,
     vocab_parallel: bool = False,
+    sequence_parallel: bool = False,
 ) -> Memory:
     """Every byte one device holds at its peak, by term (see `Memory` and this module's
     docstring): model states, the engine's buffers, activations, runtime. vocab_parallel: the
     torch engine's embedding and LM head split over tp by vocabulary, each device's logits its
-    slice (engines/torch_native.py); otherwise torch_tp keeps both whole."""
+    slice (engines/torch_native.py); otherwise torch_tp keeps both whole. sequence_parallel:
+    the norms' saved tensors and a checkpointed layer's input are the device's sequence slice."""
     stage, w, mixed = layout.zero_stage or 0, BYTES_PER_DTYPE[dtype], is_mixed(dtype, precision)
     outside_whole = engine == "torch" and not vocab_parallel
     shard = params_per_model_shard(split, layout.tp, layout.pp, outside_layers_whole=outside_whole)
@@ -431,6 +436,7 @@ def memory_per_device(
         tied_embeddings=tied_embeddings,
         checkpointing=checkpointing,
         checkpointing_every=checkpointing_every,
+        sequence_parallel=sequence_parallel,
     )
     acts = activation_terms(split, layout, grad_accum_steps=grad_accum_steps, **shape)
     recomputed = num_recomputed_layers(

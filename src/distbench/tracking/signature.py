@@ -82,24 +82,30 @@ DEFAULT_ROOT_KEYS = {"activation_checkpointing": "none"}
 DEFAULT_WORKLOAD_KEYS = {"compile": False}
 
 
-def _splits_vocab(strategy: dict[str, Any]) -> bool:
-    """Whether a torch strategy node splits its embedding and LM head by vocabulary
-    (strategy.vocab_parallel under tp > 1): every torch run before the key replicated them, so
-    the key is hashed only where it changes what runs."""
-    return bool(strategy.get("vocab_parallel")) and strategy.get("tp", 1) != 1
+# Torch TP switches added after runs were recorded (engines/torch_native.py): every torch run
+# before them replicated the embedding and LM head and ran no sequence parallel, so each is
+# hashed only where it is on under tp > 1, where it changes what runs.
+TP_SWITCHES = ("vocab_parallel", "sequence_parallel")
+
+
+def _tp_switches_off(strategy: dict[str, Any]) -> list[str]:
+    """The TP_SWITCHES of a strategy node that change nothing: off, or tp = 1."""
+    split = strategy.get("tp", 1) != 1
+    return [k for k in TP_SWITCHES if k in strategy and not (split and strategy[k])]
 
 
 def _without_defaults(tree: dict[str, Any]) -> dict[str, Any]:
     """The tree less DEFAULT_ROOT_KEYS and DEFAULT_WORKLOAD_KEYS that hold their default, and
-    less strategy.vocab_parallel where it splits nothing (`_splits_vocab`)."""
+    less the TP switches that change nothing (`_tp_switches_off`)."""
     kept = {
         k: v for k, v in tree.items() if k not in DEFAULT_ROOT_KEYS or v != DEFAULT_ROOT_KEYS[k]
     }
     if kept.get("activation_checkpointing") != "selective":
         kept.pop("activation_checkpointing_every", None)
     strategy = kept.get("strategy")
-    if isinstance(strategy, dict) and not _splits_vocab(strategy):
-        kept["strategy"] = {k: v for k, v in strategy.items() if k != "vocab_parallel"}
+    if isinstance(strategy, dict):
+        off = _tp_switches_off(strategy)
+        kept["strategy"] = {k: v for k, v in strategy.items() if k not in off}
     workload = kept.get("workload")
     if isinstance(workload, dict):
         kept["workload"] = {
