@@ -178,6 +178,49 @@ def test_activations_agree_with_what_hf_saves_for_backward(name, attn, changes):
     assert per_layer > 0.8 * korthikanti
 
 
+def _layer_saved_bytes(model, dtype) -> float:
+    """What one decoder layer of `model` (cast to `dtype`) saves for backward per token."""
+    import torch
+
+    model = model.to(dtype)
+    layer = model.model.layers[0]
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    b, s = 2, 128
+    hidden = torch.randn(b, s, model.config.hidden_size, dtype=dtype, requires_grad=True)
+    rotary = model.model.rotary_emb(hidden, torch.arange(s)[None])
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(hidden, position_embeddings=rotary, attention_mask=None)
+    return sum(saved.values()) / (b * s)
+
+
+def test_a_16_bit_llama_layer_keeps_its_norms_fp32_upcasts():
+    """Without autocast a bf16 Llama layer's RMSNorms save an fp32 copy of their input:
+    FP32_UPCAST_NORMS × (4 − 2)·h bytes per token beyond dtype × HF_SAVED_ELEMENTS."""
+    import torch
+
+    model_cfg = _model("tiny")
+    model = _hf_model(model_cfg, "sdpa")
+    shape = (model_cfg.family, 1, 1, model_cfg.hidden_size, model_cfg.intermediate_size)
+    fp32, bf16 = (_layer_saved_bytes(model, dt) for dt in (torch.float32, torch.bfloat16))
+    predicted = hf_activation_bytes_per_layer(
+        *shape, model_cfg.num_heads, dtype_bytes=2, norms_upcast=True
+    )
+    assert bf16 == pytest.approx(predicted, rel=0.10)
+    without = hf_activation_bytes_per_layer(*shape, model_cfg.num_heads, dtype_bytes=2)
+    assert abs(bf16 - predicted) < abs(bf16 - without)
+    # the upcast copies are what bf16 keeps beyond half of fp32's bytes: 2 norms × 2 B × h
+    upcast = bf16 - fp32 / 2
+    assert upcast == pytest.approx(4 * model_cfg.hidden_size, rel=0.10)
+
+
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
 def test_the_loss_peak_per_logit_is_what_the_profiler_sees(dtype_name, tmp_path):
     """HF's causal-LM loss and its backward on a logits-sized problem: the live bytes' peak in

@@ -55,6 +55,13 @@ def activation_bytes_per_layer(
 # s·b·h (17 elements) assume GPT-3's layer. tests/unit/test_analytic_references.py measures
 # the real models and holds this within 10 %.
 HF_SAVED_ELEMENTS = {"llama": (9.0, 4.0, 4.0), "gpt2": (7.0, 5.0, 4.0)}
+# Norms per layer that upcast their input to fp32 and save that copy (LlamaRMSNorm's
+# `hidden_states.to(torch.float32)`; GPT-2's LayerNorm runs in the input's dtype). Where the
+# activations are 16-bit tensors (not under autocast, whose residual stream is fp32), each such
+# norm keeps 4 bytes per element where HF_SAVED_ELEMENTS (counted in fp32) prices the dtype's:
+# saved-tensor hooks on a Llama layer (h 256, i 688) count 5,354 fp32 element-equivalents per
+# token and 5,876 in bf16, +2.04·h.
+FP32_UPCAST_NORMS = {"llama": 2.0, "gpt2": 0.0}
 
 
 def hf_activation_bytes_per_layer(
@@ -70,6 +77,7 @@ def hf_activation_bytes_per_layer(
     attention_scores_stored: bool = False,
     recompute: bool = False,
     sequence_parallel: bool = False,
+    norms_upcast: bool = False,
 ) -> float:
     """Bytes one HF decoder layer saves for backward per micro-batch:
 
@@ -84,7 +92,9 @@ def hf_activation_bytes_per_layer(
     rank's slice of the sequence; the all-gathered inputs of q/k/v and gate/up stay whole
     (2·s·b·h: DTensor saves the gathered tensor, Megatron gathers again in backward), which is
     what the norms' outputs cost without it (saved-tensor hooks on a tp=2 Llama layer:
-    4·s·b·h of norm tensors become 4·s·b·h/t, the rest unchanged)."""
+    4·s·b·h of norm tensors become 4·s·b·h/t, the rest unchanged). norms_upcast: the
+    activations are 16-bit tensors (no autocast), so the FP32_UPCAST_NORMS norms each keep an
+    fp32 copy of their input: (4 − dtype)·h bytes more per token each."""
     s, b = seq_len, micro_batch_size
     if recompute:
         return layer_input_bytes(s, b, hidden_size, dtype_bytes, tp if sequence_parallel else 1)
@@ -94,7 +104,11 @@ def hf_activation_bytes_per_layer(
         whole * hidden_size + ((c_h - replicated) * hidden_size + c_i * intermediate_size) / tp
     )
     scores = num_heads * s * (dtype_bytes + 1) / tp if attention_scores_stored else 0.0
-    return s * b * (dtype_bytes * elements + scores)
+    upcast = 0.0
+    if norms_upcast and dtype_bytes < 4:
+        norms = FP32_UPCAST_NORMS.get(family, 0.0) / (tp if sequence_parallel else 1)
+        upcast = norms * (4 - dtype_bytes) * hidden_size
+    return s * b * (dtype_bytes * elements + upcast + scores)
 
 
 def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: float, tp: int = 1) -> float:

@@ -303,6 +303,7 @@ def activation_terms(
     checkpointing: str = "none",
     checkpointing_every: int = 2,
     sequence_parallel: bool = False,
+    norms_upcast: bool = False,
 ) -> dict[str, float]:
     """The forward/backward peak's terms: activations_layers (one HF layer's saved tensors ×
     the stage's layers × the micro-batches it holds: 1F1B min(pp, m), torch_pp's GPipe all m;
@@ -322,6 +323,7 @@ def activation_terms(
         dtype_bytes=dtype_bytes,
         attention_scores_stored=attention_scores_stored,
         sequence_parallel=sequence_parallel,
+        norms_upcast=norms_upcast,
     )
     seq_shards = layout.tp if sequence_parallel else 1
     layer_input = layer_input_bytes(seq_len, micro_batch_size, hidden_size, dtype_bytes, seq_shards)
@@ -437,6 +439,9 @@ def memory_per_device(
         checkpointing=checkpointing,
         checkpointing_every=checkpointing_every,
         sequence_parallel=sequence_parallel,
+        # 16-bit activations without autocast (DeepSpeed's bf16/fp16, the torch engine's pure
+        # recipe): the norms' fp32 upcasts are saved too
+        norms_upcast=not (engine == "torch" and mixed),
     )
     acts = activation_terms(split, layout, grad_accum_steps=grad_accum_steps, **shape)
     recomputed = num_recomputed_layers(
