@@ -152,3 +152,50 @@ def test_sequence_parallel_splits_the_norms_and_checkpointed_inputs_and_is_hashe
         "strategy": {k: v for k, v in off["strategy"].items() if k != "sequence_parallel"},
     }
     assert run_signature(off) == run_signature(without)  # the runs before the key keep theirs
+
+
+def test_the_search_tries_sequence_parallel_before_checkpointing_on_torch_tp():
+    from omegaconf import OmegaConf
+
+    from distbench.tools.plan import search_layouts
+    from distbench.tools.plan.search import memory_savers
+
+    torch_tp = OmegaConf.create({"strategy": {"engine": "torch", "tp": 2, "pp": 1}})
+    modes = ("none", "selective", "full")
+    assert memory_savers(torch_tp, modes, []) == [
+        ("none", False), ("none", True), ("selective", False),
+        ("selective", True), ("full", False), ("full", True),
+    ]  # fmt: skip
+    pinned = ["strategy.sequence_parallel=false"]
+    assert memory_savers(torch_tp, modes, pinned) == [(m, False) for m in modes]
+    for engine, tp, pp in (("deepspeed", 2, 1), ("torch", 1, 1), ("torch", 2, 2)):
+        other = OmegaConf.create({"strategy": {"engine": engine, "tp": tp, "pp": pp}})
+        assert memory_savers(other, modes, []) == [(m, False) for m in modes]
+    # the 8B recipe at 2 × 8192 tokens on 8 H100s: tp 2 fits without checkpointing only sliced
+    recipe = ["model=llama3_8b", "world_size=8", "hardware=h100_sxm", "workload.dtype=bf16"]
+    recipe += ["batch.grad_accum_steps=1", "batch.seq_len=8192"]
+    found = search_layouts(recipe, micro_batches=(2,), history=False)
+    labels = [label for label, _ in found.ranked]
+    assert "fsdp dp4 tp2 pp1 sp mb2" in labels and "fsdp dp4 tp2 pp1 mb2" not in labels
+    assert "fsdp dp4 tp2 pp1 ckpt=selective mb2" not in labels  # sp was enough
+    assert all(" tp1 " not in label and " pp1 " in label for label in labels if " sp " in label)
+    unsliced = search_layouts([*recipe, *pinned], micro_batches=(2,), history=False)
+    assert not any(" sp " in label for label, _ in unsliced.ranked)
+    # a torch-only key pinned: DeepSpeed's layouts are refused with the reason, not the search
+    assert unsliced.refused["deepspeed dp"] == (
+        "Could not override 'strategy.sequence_parallel': "
+        "Key 'sequence_parallel' not in 'DeepSpeedStrategyConfig'"
+    )
+
+
+def test_a_plan_refuses_the_rows_whose_engine_lacks_an_overridden_key_and_plans_the_rest():
+    from distbench.tools.plan import make_plan
+
+    overrides = ["world_size=2", "strategy.sequence_parallel=true", "hardware=cpu"]
+    plan = make_plan([*overrides, "hardware.time_source=efficiency"], ["torch_tp", "tp"])
+    assert [p.strategy for p in plan.predictions] == ["torch_tp"]
+    assert plan.refused["tp"] == (
+        "Could not override 'strategy.sequence_parallel': "
+        "Key 'sequence_parallel' not in 'DeepSpeedStrategyConfig'"
+    )
+    assert plan.recommendation == "torch_tp"

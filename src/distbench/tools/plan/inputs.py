@@ -43,6 +43,19 @@ def split_strategy_override(overrides: list[str]) -> tuple[list[str], list[str] 
     return rest, chosen
 
 
+def composed_or_why(compose: Any, overrides: list[str]) -> tuple[Any, str | None]:
+    """(the composed config, None), or (None, why not) where an override names a key the
+    strategy's engine does not have (e.g. strategy.sequence_parallel on DeepSpeed): a plan
+    refuses that row with the reason and goes on."""
+    from hydra.errors import ConfigCompositionException
+
+    try:
+        return compose(overrides), None
+    except ConfigCompositionException as exc:
+        lines = [str(e).splitlines()[0].rstrip(".") for e in (exc, exc.__cause__) if e]
+        return None, ": ".join(lines)
+
+
 def strategy_options(conf_dir: Path) -> list[str]:
     """conf/strategy options, least sharded first (figures.recommend.PREFERENCE), then the rest."""
     names = [p.stem for p in (conf_dir / "strategy").glob("*.yaml")]

@@ -5,7 +5,9 @@ those that fit by tokens/s and lists the rest by reason (tools/plan/). Activatio
 is a dimension too: each layout is tried without it, then selective, then full
 (SEARCH_CHECKPOINTING), and keeps the first that fits (labelled `ckpt=full`), so checkpointing
 costs its recompute only where memory needs it; an `activation_checkpointing=` override (or
---recompute: full) pins one mode.
+--recompute: full) pins one mode. A torch TP layout without pp also tries each mode with
+sequence parallel (labelled `sp`), after the mode without it (its few more gathers cost less
+than a recompute); a `strategy.sequence_parallel=` override pins it.
 
     python -c "from distbench.tools.plan import search_layouts as s; \\
                print(s(['model=tiny', 'world_size=4']).ranked[0][0])"
@@ -27,6 +29,7 @@ from distbench.figures.pred_error import ErrorBar
 from distbench.figures.predict import Prediction, predict
 from distbench.prepare import left_unmeasured, prepare_job
 from distbench.tools.plan.inputs import (
+    composed_or_why,
     efficiency_model,
     plan_warnings,
     run_key_tags,
@@ -96,14 +99,18 @@ def search_layouts(
     modes = checkpointing_modes(overrides, recompute)
     with composing() as compose:
         for engine, base, stages in SEARCH_BASES:
-            cfg = compose([*overrides, f"strategy={base}"])
+            cfg, why = composed_or_why(compose, [*overrides, f"strategy={base}"])
+            if why is not None:  # an override of another engine's key
+                found.refused[f"{engine} {base}"] = why
+                continue
             for label, candidate in layouts(cfg, engine, base, stages, micro_batches):
                 tried += 1
                 if on_layout is not None:
                     on_layout(tried, search_size(cfg.world_size, micro_batches))
-                for mode in modes:  # the first mode that fits, else the last one's refusal
+                # the first that fits, else the last one's refusal
+                for mode, sliced in memory_savers(candidate, modes, overrides):
                     refused = _try_layout(
-                        found, label, candidate, mode, compose.conf_dir, efficiency
+                        found, label, candidate, mode, sliced, compose.conf_dir, efficiency
                     )
                     if refused is None:
                         break
@@ -126,24 +133,42 @@ def checkpointing_modes(overrides: list[str], recompute: bool) -> tuple[str | No
     return (None,) if pinned else SEARCH_CHECKPOINTING
 
 
+def memory_savers(
+    candidate: Any, modes: tuple[str | None, ...], overrides: list[str]
+) -> list[tuple[str | None, bool]]:
+    """(checkpointing mode, sequence parallel) pairs a layout tries, the cheapest first: each
+    mode without sequence parallel, then with it where it can run (the torch engine, tp > 1,
+    no pp) and no override pins strategy.sequence_parallel."""
+    strategy = candidate.strategy
+    pinned = any(o.lstrip("+~").startswith("strategy.sequence_parallel=") for o in overrides)
+    can_slice = strategy.engine == "torch" and strategy.tp > 1 and strategy.pp == 1
+    slicing = (False, True) if can_slice and not pinned else (False,)
+    return [(mode, sliced) for mode in modes for sliced in slicing]
+
+
 def _try_layout(
     found: _Found,
     label: str,
     candidate: Any,
     mode: str | None,
+    sliced: bool,
     conf_dir: Path,
     efficiency: float | None,
 ) -> tuple[str, str] | None:
     """Resolve and predict the layout with activation checkpointing `mode` (None: as
-    composed): None when it fits and joins the ranking, else (its label, why not): the
-    engine's refusal or its memory."""
-    if mode is not None:
+    composed) and, where `sliced`, sequence parallel: None when it fits and joins the
+    ranking, else (its label, why not): the engine's refusal or its memory."""
+    if mode is not None or sliced:
         candidate = candidate.copy()
         with open_dict(candidate):
-            candidate.activation_checkpointing = mode
+            if mode is not None:
+                candidate.activation_checkpointing = mode
+            if sliced:
+                candidate.strategy.sequence_parallel = True
     mode = candidate.get("activation_checkpointing", "none")
     head, _, mb = label.rpartition(" mb")
-    named = label if mode == "none" else f"{head} ckpt={mode} mb{mb}"
+    head += " sp" if sliced else ""
+    named = f"{head} mb{mb}" if mode == "none" else f"{head} ckpt={mode} mb{mb}"
     try:
         job = resolve_layout(candidate, conf_dir, efficiency, False)
     except ConfigError as exc:

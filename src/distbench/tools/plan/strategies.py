@@ -20,6 +20,7 @@ from distbench.figures.recommend import recommend
 from distbench.prepare import prepare_job
 from distbench.probes.parts import Measurements
 from distbench.tools.plan.inputs import (
+    composed_or_why,
     efficiency_model,
     hardware_dict,
     host_mem_gib,
@@ -98,7 +99,10 @@ def make_plan(
     rows = _Rows()
     with composing() as compose:
         for name in strategies or from_overrides or strategy_options(compose.conf_dir):
-            cfg = compose([*overrides, f"strategy={name}"])
+            cfg, why = composed_or_why(compose, [*overrides, f"strategy={name}"])
+            if why is not None:  # an override of another engine's key
+                rows.refused[name] = why
+                continue
             job = _plannable_job(name, cfg, compose.conf_dir, rows.refused)
             if job is None:
                 continue
