@@ -250,3 +250,54 @@ def test_the_loss_peak_per_logit_is_what_the_profiler_sees(dtype_name, tmp_path)
     peak_bytes = max(sum(row) for row in bytes_by_category)
     # the inputs' gradients (b·s·h + v·h elements) are small beside the logits
     assert peak_bytes == pytest.approx(loss_logits_bytes(s, b, v), rel=0.05)
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+def test_the_loss_parallel_peak_per_logit_is_what_the_profiler_sees(dtype_name, tmp_path):
+    """The same loss on logits split by vocabulary (a DTensor sharded on its last dim, as the
+    torch engine's vocab-parallel head gives it) under loss_parallel, on a one-rank gloo mesh
+    (two ranks measure the same per local logit): LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT."""
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import loss_parallel
+    from torch.profiler import ProfilerActivity, profile
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    from distbench.figures.activations import LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        dtype = getattr(torch, dtype_name)
+        b, s, v, h = 2, 256, 8192, 16
+        hidden = distribute_tensor(torch.randn(b, s, h, dtype=dtype), mesh, [Replicate()])
+        head = distribute_tensor(torch.randn(v, h, dtype=dtype), mesh, [Shard(0)])
+        hidden.requires_grad_()
+        head.requires_grad_()
+        labels = torch.randint(0, v, (b, s))
+        with (
+            profile(
+                activities=[ProfilerActivity.CPU],
+                profile_memory=True,
+                record_shapes=True,
+                with_stack=True,
+            ) as prof,
+            loss_parallel(),
+        ):
+            ForCausalLMLoss(hidden @ head.t(), labels, vocab_size=v).backward()
+        timeline = tmp_path / "timeline.json"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            prof.export_memory_timeline(str(timeline), device="cpu")
+        _, bytes_by_category = json.loads(timeline.read_text())
+        peak_bytes = max(sum(row) for row in bytes_by_category)
+        per_logit = peak_bytes / (b * s * v)
+        assert per_logit == pytest.approx(LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT, rel=0.05)
+        assert per_logit > 1.25 * 12  # above the fused kernel's 12 B
+    finally:
+        dist.destroy_process_group()

@@ -119,9 +119,22 @@ def logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: float, tp: int
 
 # Bytes per logit at the loss's peak, in any model dtype: three fp32 tensors (loss_logits_bytes).
 LOSS_PEAK_BYTES_PER_LOGIT = 3.0 * BYTES_PER_DTYPE["fp32"]
+# The same under torch's loss_parallel (logits split by vocabulary, per local logit): its
+# log-softmax is decomposed into DTensor ops (the shifted logits and their exp, fp32 tensors
+# each) where cross_entropy's kernel fuses them. The profiler's memory timeline of HF's
+# causal-LM loss and its backward on a (2, 256, 8192) problem, the logits not held beyond it
+# (as the engines drop the model's output): 16.1 B per local logit in fp32 and in bf16, on 1
+# and on 2 gloo ranks (tests/unit/test_analytic_references.py).
+LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT = 16.0
 
 
-def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: float, tp: int = 1) -> float:
+def loss_logits_bytes(
+    seq_len: int,
+    micro_batch_size: int,
+    vocab_size: float,
+    tp: int = 1,
+    per_logit: float = LOSS_PEAK_BYTES_PER_LOGIT,
+) -> float:
     """The logits at the loss's peak, in log-softmax's backward (at the start of every
     backward, right after nll_loss's): HF's ForCausalLMLoss upcasts the logits to fp32,
     cross_entropy saves its fp32 log-softmax (4 B each), nll_loss's backward hands it a dense
@@ -129,8 +142,9 @@ def loss_logits_bytes(seq_len: int, micro_batch_size: int, vocab_size: float, tp
     the model's dtype (its 16-bit logits and their gradient come before and after, with fewer
     fp32 tensors alive).
     tests/unit/test_analytic_references.py measures it with the profiler's memory timeline.
-    DeepSpeed AutoTP keeps the LM head whole (t = 1 then)."""
-    return seq_len * micro_batch_size * vocab_size * LOSS_PEAK_BYTES_PER_LOGIT / tp
+    DeepSpeed AutoTP keeps the LM head whole (t = 1 then). Under loss_parallel, per_logit is
+    LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT."""
+    return seq_len * micro_batch_size * vocab_size * per_logit / tp
 
 
 def pipeline_logits_held_bytes(

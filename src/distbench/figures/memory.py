@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from distbench.compose.schema import DEFAULT_PP_SCHEDULE
 from distbench.figures.activations import (
+    LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT,
+    LOSS_PEAK_BYTES_PER_LOGIT,
     checkpointed_layer_terms,
     hf_activation_bytes_per_layer,
     layer_input_bytes,
@@ -304,6 +306,7 @@ def activation_terms(
     checkpointing_every: int = 2,
     sequence_parallel: bool = False,
     norms_upcast: bool = False,
+    loss_parallel: bool = False,
 ) -> dict[str, float]:
     """The forward/backward peak's terms: activations_layers (one HF layer's saved tensors ×
     the stage's layers × the micro-batches it holds: 1F1B min(pp, m), torch_pp's GPipe all m;
@@ -336,7 +339,14 @@ def activation_terms(
     torch_gpipe = torch_pipeline and (pp_schedule or DEFAULT_PP_SCHEDULE) == "gpipe"
     in_flight = m if torch_gpipe else min(layout.pp, m)
     logits = _logits_bytes(
-        seq_len, micro_batch_size, vocab_size, m, dtype_bytes, torch_pipeline, torch_gpipe
+        seq_len,
+        micro_batch_size,
+        vocab_size,
+        m,
+        dtype_bytes,
+        torch_pipeline,
+        torch_gpipe,
+        loss_parallel,
     )
     transient = dtype_bytes * split.largest_matrix / layout.tp * (2 if tied_embeddings else 1)
     layers = checkpointed_layer_terms(
@@ -357,9 +367,12 @@ def _logits_bytes(
     dtype_bytes: int,
     torch_pipeline: bool,
     torch_gpipe: bool,
+    loss_parallel: bool = False,
 ) -> float:
-    """The loss's logits, plus under torch_pp those its last stage keeps."""
-    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size)
+    """The loss's logits (under loss_parallel its decomposed log-softmax's peak), plus under
+    torch_pp those its last stage keeps."""
+    per_logit = LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT if loss_parallel else LOSS_PEAK_BYTES_PER_LOGIT
+    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size, per_logit=per_logit)
     if torch_pipeline:
         logits += pipeline_logits_held_bytes(
             seq_len,
@@ -442,6 +455,7 @@ def memory_per_device(
         # 16-bit activations without autocast (DeepSpeed's bf16/fp16, the torch engine's pure
         # recipe): the norms' fp32 upcasts are saved too
         norms_upcast=not (engine == "torch" and mixed),
+        loss_parallel=vocab_parallel,
     )
     acts = activation_terms(split, layout, grad_accum_steps=grad_accum_steps, **shape)
     recomputed = num_recomputed_layers(
