@@ -290,10 +290,11 @@ def test_a_child_run_page_shows_the_jobs_duration_source_and_user(sweep, ui, tmp
     shown, resolution = seconds(box["Duration"])
     logged = (run.info.end_time - run.info.start_time) / 1000
     assert abs(shown - logged) <= resolution, (box["Duration"], logged)
-    # The run spans the job: at least the ranks' start-up and timed steps (seconds on a CPU)
+    # The run spans the job: its ranks' start-up and timed steps (under a second on a fast
+    # host: 0.88 s on 2026-11-28) inside the launch of the ranks (seconds on a CPU)
     metrics = run.data.metrics
     ran = metrics["init_time_s"] + metrics["num_timed_steps"] * metrics["step_time_s_p50"]
-    assert logged >= ran > 1.0, (logged, ran)
+    assert logged >= ran > 0 and logged > 1.0, (logged, ran)
     tags = run.data.tags
     assert Path(tags["mlflow.source.name"]).name == "run.py" and tags["mlflow.source.type"]
     assert box["Source"].startswith("run.py")

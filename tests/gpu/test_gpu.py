@@ -79,11 +79,19 @@ def test_every_workload_runs_on_one_gpu(tmp_path, overrides):
 
 
 @requires_gpus(2)
-@pytest.mark.parametrize("strategy", ["dp", "zero3", "tp"])
+@pytest.mark.parametrize(
+    "strategy",
+    ["dp", "zero3", "tp", "torch_tp", "torch_tp strategy.sequence_parallel=true"],
+    ids=["dp", "zero3", "tp", "torch_tp", "torch_tp-sp"],
+)
 def test_strategy_runs_on_two_gpus_with_nccl(tmp_path, strategy):
+    """torch_tp: the vocab-parallel head's logits and the sequence-parallel residual stream are
+    DTensors on the GPUs, the loss read under loss_parallel over nccl."""
+    name, *extra = strategy.split()
     cfg = compose_config(
         [
-            f"strategy={strategy}",
+            f"strategy={name}",
+            *extra,
             "world_size=2",
             "tracking=none",
             "workload.dtype=bf16",

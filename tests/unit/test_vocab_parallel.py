@@ -210,3 +210,13 @@ def test_a_plan_refuses_the_rows_whose_engine_lacks_an_overridden_key_and_plans_
         "Key 'sequence_parallel' not in 'DeepSpeedStrategyConfig'"
     )
     assert plan.recommendation == "torch_tp"
+
+
+def test_a_strategy_key_no_engine_has_still_stops_the_plan():
+    from hydra.errors import ConfigCompositionException
+
+    from distbench.tools.plan import make_plan
+
+    overrides = ["world_size=2", "strategy.sequence_paralel=true", "hardware=cpu"]
+    with pytest.raises(ConfigCompositionException, match="sequence_paralel"):
+        make_plan(overrides, ["torch_tp", "tp"])

@@ -44,14 +44,23 @@ def split_strategy_override(overrides: list[str]) -> tuple[list[str], list[str] 
 
 
 def composed_or_why(compose: Any, overrides: list[str]) -> tuple[Any, str | None]:
-    """(the composed config, None), or (None, why not) where an override names a key the
-    strategy's engine does not have (e.g. strategy.sequence_parallel on DeepSpeed): a plan
-    refuses that row with the reason and goes on."""
+    """(the composed config, None), or (None, why not) where an override sets a key of
+    another engine's strategy schema (e.g. strategy.sequence_parallel on DeepSpeed): a plan
+    refuses that row with the reason and goes on. Any other composition error (an unknown
+    option, a key no engine has) is raised: the plan stops with it."""
+    from dataclasses import fields
+
     from hydra.errors import ConfigCompositionException
+
+    from distbench.engines import registry
 
     try:
         return compose(overrides), None
     except ConfigCompositionException as exc:
+        key = str(exc).partition("Could not override '")[2].partition("'")[0]
+        known = {f.name for spec in registry().values() for f in fields(spec.strategy_schema)}
+        if not key.startswith("strategy.") or key.removeprefix("strategy.") not in known:
+            raise
         lines = [str(e).splitlines()[0].rstrip(".") for e in (exc, exc.__cause__) if e]
         return None, ": ".join(lines)
 
