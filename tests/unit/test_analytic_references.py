@@ -125,6 +125,25 @@ def test_flops_per_token_agree_with_flop_counter_mode(name, changes):
     assert counter.get_total_flops() == pytest.approx(predicted * b * s, rel=0.03)
 
 
+def _saved_bytes(module, forward) -> dict[int, int]:
+    """The bytes of each storage autograd saves for backward while `forward()` runs, less
+    `module`'s parameters (saved-tensor hooks)."""
+    import torch
+
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    return saved
+
+
 @pytest.mark.parametrize(
     "name,attn,changes",
     [
@@ -140,19 +159,9 @@ def test_activations_agree_with_what_hf_saves_for_backward(name, attn, changes):
 
     model_cfg = _model(name, **changes)
     model = _hf_model(model_cfg, attn)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return t
-
     b, s = 2, 128
     ids = torch.randint(0, model_cfg.vocab_size, (b, s))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=ids)
+    saved = _saved_bytes(model, lambda: model(input_ids=ids, labels=ids))
     per_layer = hf_activation_bytes_per_layer(
         model_cfg.family,
         s,
@@ -184,20 +193,12 @@ def _layer_saved_bytes(model, dtype) -> float:
 
     model = model.to(dtype)
     layer = model.model.layers[0]
-    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return t
-
     b, s = 2, 128
     hidden = torch.randn(b, s, model.config.hidden_size, dtype=dtype, requires_grad=True)
     rotary = model.model.rotary_emb(hidden, torch.arange(s)[None])
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        layer(hidden, position_embeddings=rotary, attention_mask=None)
+    saved = _saved_bytes(
+        layer, lambda: layer(hidden, position_embeddings=rotary, attention_mask=None)
+    )
     return sum(saved.values()) / (b * s)
 
 
