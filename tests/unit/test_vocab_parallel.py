@@ -106,6 +106,11 @@ def test_the_planner_splits_the_head_its_logits_and_its_compute_over_tp():
     extra = 2 * ring_all_reduce_bytes(seq * hidden * 2, tp)
     assert split.comm_bytes["tp"] - whole.comm_bytes["tp"] == pytest.approx(extra)
     assert split.mem.total < whole.mem.total and split.step_time_s < whole.step_time_s
+    assert (split.assumptions["vocab_parallel"], whole.assumptions["vocab_parallel"]) == (
+        True,
+        False,
+    )  # what plan --json says each row assumed
+    assert split.assumptions["sequence_parallel"] is False
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from distbench.engines.torch_native import sequence_parallel, vocab_parallel
 from distbench.figures.communication import Links
 from distbench.figures.job_terms import (
     device_shard,
@@ -141,6 +142,10 @@ def assumptions_of(
         "recompute": recompute or job.activation_checkpointing != "none",
         "activation_checkpointing": job.activation_checkpointing,
         "activation_checkpointing_every": job.activation_checkpointing_every,
+        # the torch engine's TP: embedding and LM head split by vocabulary; norms and residual
+        # by sequence (engines/torch_native.py; false off that engine or at tp 1)
+        "vocab_parallel": vocab_parallel(job),
+        "sequence_parallel": sequence_parallel(job),
         "precision": precision_tag(job.dtype, job_precision(job)),
         "host_mem_bytes_per_node": host_per_node,
         "time_source": (
