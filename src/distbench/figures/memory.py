@@ -35,17 +35,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distbench.compose.schema import DEFAULT_PP_SCHEDULE
-from distbench.figures.activations import (
-    LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT,
-    LOSS_PEAK_BYTES_PER_LOGIT,
-    checkpointed_layer_terms,
-    hf_activation_bytes_per_layer,
-    layer_input_bytes,
-    loss_logits_bytes,
-    num_recomputed_layers,
-    pipeline_logits_held_bytes,
-)
+from distbench.figures.activations import activation_terms, num_recomputed_layers
 from distbench.figures.alive import grads_freed_between_steps, when_alive
 from distbench.figures.cpu_rss import (
     activation_tensor_bytes,
@@ -279,110 +269,6 @@ def engine_buffer_bytes(
         weight_bytes = 4 if (mixed and engine == "torch") else w
         return {"ddp_buckets": weight_bytes * shard_params}
     return {}
-
-
-# --------------------------------------------------------------------------- activations
-
-
-def activation_terms(
-    split: ParamSplit,
-    layout: Layout,
-    *,
-    family: str,
-    seq_len: int,
-    micro_batch_size: int,
-    hidden_size: int,
-    intermediate_size: int,
-    num_heads: int,
-    vocab_size: float,
-    grad_accum_steps: int,
-    dtype_bytes: int,
-    attention_scores_stored: bool,
-    recompute: bool,
-    engine: str,
-    pp_schedule: str | None,
-    tied_embeddings: bool,
-    checkpointing: str = "none",
-    checkpointing_every: int = 2,
-    sequence_parallel: bool = False,
-    norms_upcast: bool = False,
-    loss_parallel: bool = False,
-) -> dict[str, float]:
-    """The forward/backward peak's terms: activations_layers (one HF layer's saved tensors ×
-    the stage's layers × the micro-batches it holds: 1F1B min(pp, m), torch_pp's GPipe all m;
-    a checkpointed layer keeps its input only, activations_recompute one layer's working set);
-    activations_logits (the loss's logits of `vocab_size`, this device's vocabulary: the whole
-    one under DeepSpeed's AutoTP, which gathers them, its tp slice under the torch engine's
-    vocab-parallel head; plus what torch_pp's last stage keeps); backward_grad_transient (a
-    weight's gradient before it is accumulated into .grad; a tied embedding gets two at once)."""
-    per_layer = hf_activation_bytes_per_layer(
-        family,
-        seq_len,
-        micro_batch_size,
-        hidden_size,
-        intermediate_size,
-        num_heads,
-        tp=layout.tp,
-        dtype_bytes=dtype_bytes,
-        attention_scores_stored=attention_scores_stored,
-        sequence_parallel=sequence_parallel,
-        norms_upcast=norms_upcast,
-    )
-    seq_shards = layout.tp if sequence_parallel else 1
-    layer_input = layer_input_bytes(seq_len, micro_batch_size, hidden_size, dtype_bytes, seq_shards)
-    stage_layers = split.num_layers / layout.pp
-    recomputed = num_recomputed_layers(
-        "full" if recompute else checkpointing, checkpointing_every, stage_layers
-    )
-    m = grad_accum_steps
-    torch_pipeline = engine == "torch" and layout.pp > 1
-    torch_gpipe = torch_pipeline and (pp_schedule or DEFAULT_PP_SCHEDULE) == "gpipe"
-    in_flight = m if torch_gpipe else min(layout.pp, m)
-    logits = _logits_bytes(
-        seq_len,
-        micro_batch_size,
-        vocab_size,
-        m,
-        dtype_bytes,
-        torch_pipeline,
-        torch_gpipe,
-        loss_parallel,
-    )
-    transient = dtype_bytes * split.largest_matrix / layout.tp * (2 if tied_embeddings else 1)
-    layers = checkpointed_layer_terms(
-        per_layer, layer_input, stage_layers, recomputed, in_flight, loss_peak_bytes=logits
-    )
-    return {
-        **layers,
-        "activations_logits": logits,
-        "backward_grad_transient": transient,
-    }
-
-
-def _logits_bytes(
-    seq_len: int,
-    micro_batch_size: int,
-    vocab_size: float,
-    num_micro_batches: int,
-    dtype_bytes: int,
-    torch_pipeline: bool,
-    torch_gpipe: bool,
-    loss_parallel: bool = False,
-) -> float:
-    """The loss's logits (under loss_parallel its decomposed log-softmax's peak), plus under
-    torch_pp those its last stage keeps."""
-    per_logit = LOSS_PARALLEL_PEAK_BYTES_PER_LOGIT if loss_parallel else LOSS_PEAK_BYTES_PER_LOGIT
-    logits = loss_logits_bytes(seq_len, micro_batch_size, vocab_size, per_logit=per_logit)
-    if torch_pipeline:
-        logits += pipeline_logits_held_bytes(
-            seq_len,
-            micro_batch_size,
-            vocab_size,
-            num_micro_batches,
-            dtype_bytes=dtype_bytes,
-            all_forwards_first=torch_gpipe,
-        )
-    return logits
 
 
 # --------------------------------------------------------------------------- the assembly
