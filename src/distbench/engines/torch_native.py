@@ -66,18 +66,23 @@ class TorchStrategyConfig(StrategyConfig):
     sequence_parallel: bool = False  # tp > 1: norms and residual split along the sequence
 
 
+def _tp_switch(job: Job, key: str) -> bool:
+    """A TorchStrategyConfig switch that acts only under the torch engine's TP (tp > 1)."""
+    return job.engine == "torch" and job.layout.tp > 1 and bool(getattr(job.strategy, key))
+
+
 def vocab_parallel(job: Job) -> bool:
     """Whether the job's token embedding and LM head are split over tp by vocabulary (the
     torch engine's TP with strategy.vocab_parallel; DeepSpeed's AutoTP splits its head too, but
     gathers the logits: figures/job_terms.py)."""
-    return job.engine == "torch" and job.layout.tp > 1 and bool(job.strategy.vocab_parallel)
+    return _tp_switch(job, "vocab_parallel")
 
 
 def sequence_parallel(job: Job) -> bool:
     """Whether the job's torch TP runs sequence parallel (strategy.sequence_parallel, tp > 1):
     the norms, the residual stream and each checkpointed layer's input split along the
     sequence over tp."""
-    return job.engine == "torch" and job.layout.tp > 1 and bool(job.strategy.sequence_parallel)
+    return _tp_switch(job, "sequence_parallel")
 
 
 SPEC = register(EngineSpec(name="torch", module=__name__, strategy_schema=TorchStrategyConfig))

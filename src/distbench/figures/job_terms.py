@@ -181,28 +181,33 @@ def job_comm_bytes(job: Job, shard: Shard) -> dict[str, float]:
     )
 
 
-# Sequence parallel on the torch engine, per decoder layer and micro-batch: forward all-gathers
-# each block's input and reduce-scatters o's and down's outputs (2 all-reduces' bytes in 4
+# Sequence parallel on the torch engine, per decoder layer and micro-batch, as counted from the
+# layouts engines/torch_native.layer_tp_plan declares (not timed): forward all-gathers each
+# block's input and reduce-scatters o's and down's outputs (2 all-reduces' bytes in 4
 # collectives); backward all-gathers o's and down's output gradients (one all-reduce's bytes in
 # 2 more) beside the column-parallel input gradients' all-reduces. Against TP without it: one
-# all-reduce's bytes and 4 collectives more (engines/torch_native.layer_tp_plan).
+# all-reduce's bytes and 4 collectives more.
 SEQUENCE_PARALLEL_EXTRA_ALL_REDUCES = 1
 SEQUENCE_PARALLEL_EXTRA_COLLECTIVES = 4
 
 
-def tp_all_reduces_per_layer(job: Job) -> int:
-    """The tensor-parallel bytes per decoder layer per micro-batch of the job's model family,
-    in all-reduces of b·s·h (communication.TP_ALL_REDUCES_PER_LAYER; Megatron's 4 for
-    another), with sequence parallel's extra (SEQUENCE_PARALLEL_EXTRA_ALL_REDUCES)."""
+def _tp_per_layer(job: Job, sequence_parallel_extra: int) -> int:
+    """The model family's tensor-parallel all-reduces per decoder layer per micro-batch
+    (communication.TP_ALL_REDUCES_PER_LAYER; Megatron's 4 for another), plus
+    `sequence_parallel_extra` when the job runs sequence parallel."""
     base = TP_ALL_REDUCES_PER_LAYER.get(job.model.family, MEGATRON_TP_ALL_REDUCES_PER_LAYER)
-    return base + (SEQUENCE_PARALLEL_EXTRA_ALL_REDUCES if sequence_parallel(job) else 0)
+    return base + (sequence_parallel_extra if sequence_parallel(job) else 0)
+
+
+def tp_all_reduces_per_layer(job: Job) -> int:
+    """The tensor-parallel bytes per decoder layer per micro-batch, in all-reduces of b·s·h."""
+    return _tp_per_layer(job, SEQUENCE_PARALLEL_EXTRA_ALL_REDUCES)
 
 
 def tp_collectives_per_layer(job: Job) -> int:
     """The tensor-parallel collectives per decoder layer per micro-batch (each pays the
-    latency once): the all-reduces, or under sequence parallel 4 more."""
-    base = TP_ALL_REDUCES_PER_LAYER.get(job.model.family, MEGATRON_TP_ALL_REDUCES_PER_LAYER)
-    return base + (SEQUENCE_PARALLEL_EXTRA_COLLECTIVES if sequence_parallel(job) else 0)
+    latency once)."""
+    return _tp_per_layer(job, SEQUENCE_PARALLEL_EXTRA_COLLECTIVES)
 
 
 def tp_head_gathered(job: Job) -> bool:

@@ -57,6 +57,7 @@ def composed_or_why(compose: Any, overrides: list[str]) -> tuple[Any, str | None
     try:
         return compose(overrides), None
     except ConfigCompositionException as exc:
+        # Hydra names the override only in its message ("Could not override 'strategy.x'.")
         key = str(exc).partition("Could not override '")[2].partition("'")[0]
         known = {f.name for spec in registry().values() for f in fields(spec.strategy_schema)}
         if not key.startswith("strategy.") or key.removeprefix("strategy.") not in known:
