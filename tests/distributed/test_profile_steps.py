@@ -46,3 +46,32 @@ def test_profiled_steps_follow_the_timed_ones_and_leave_their_tables(tmp_path):
     # imports are timed apart from init (both recorded); comparing the two measured durations
     # flaked on a loaded host
     assert metrics["init_time_s"] > 0 and metrics["import_time_s"] > 0
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero3"])
+def test_the_planner_counts_the_collectives_the_engine_issues(tmp_path, strategy):
+    """The latency term's count (communication.dp_collectives) against a real step's gloo
+    collectives in rank 0's trace: FSDP2's per-layer gathers and its one reduction per group in
+    the last micro-batch; ZeRO-3's gathers of the partitioned matrices, its bucketed reductions
+    and the gradient norm's all-reduce (batch=small: 2 micro-batches)."""
+    from distbench.figures.job_terms import device_shard, job_collectives
+    from distbench.job import resolve_job
+
+    overrides = [
+        "tracking=none",
+        f"strategy={strategy}",
+        "world_size=2",
+        "workload.num_warmup_steps=1",
+        "workload.num_steps=1",
+        "workload.profile_steps=1",
+    ]
+    outcome = run_job(compose_config(overrides), tmp_path, CONF_DIR, PROJECT_DIR)
+    assert outcome["status"] == "FINISHED", outcome.get("failure_reason")
+    trace = json.loads((tmp_path / "trace.rank0.json").read_text())
+    issued = [
+        e["name"]
+        for e in trace["traceEvents"]
+        if e.get("name") in ("gloo:all_gather", "gloo:all_reduce")
+    ]
+    job = resolve_job(compose_config(overrides), CONF_DIR)
+    assert len(issued) == job_collectives(job, device_shard(job))["dp"]

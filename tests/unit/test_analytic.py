@@ -85,6 +85,48 @@ def test_data_parallel_and_zero_communication_by_hand():
     ) == pytest.approx(5 * psi * 2 * 7 / 8)
 
 
+def test_gloo_and_fsdp_reductions_by_hand():
+    """gloo all-reduces where NCCL reduce-scatters (twice the bytes); FSDP under the torch
+    engine gathers every micro-step and reduces once."""
+    psi, n, m = 1e9, 2, 4
+    half = psi * 4 / 2  # a ring gather of 4-byte elements over 2 ranks
+    kw = {"grad_bytes": 4, "param_bytes": 4, "grad_accum_steps": m}
+    assert dp_comm_bytes(psi, n, 2, **kw) == pytest.approx(m * half + half)
+    gloo = dp_comm_bytes(psi, n, 2, **kw, reduce_scatter_as_all_reduce=True)
+    assert gloo == pytest.approx(m * 2 * half + half)
+    assert dp_comm_bytes(psi, n, 3, **kw) == pytest.approx(m * 3 * half)
+    fsdp = dp_comm_bytes(psi, n, 3, **kw, reduce_last_micro_only=True)
+    assert fsdp == pytest.approx(m * 2 * half + half)
+    assert dp_comm_bytes(psi, n, 0, **kw, reduce_scatter_as_all_reduce=True) == 2 * half
+
+
+@pytest.mark.parametrize(
+    ("overrides", "issued"),
+    [
+        # gloo collectives counted in rank 0's profiler trace, model=tiny, world_size=2
+        # (benchmarks/cpu_runs/2026-11-28_gloo_in_step/): batch=small is 2 micro-batches
+        (["strategy=dp"], 1),
+        (["strategy=ddp"], 2),
+        (["strategy=zero1"], 4),
+        (["strategy=zero2"], 6),
+        (["strategy=zero2", "batch=medium"], 10),
+        (["strategy=zero3", "batch.grad_accum_steps=1"], 29),
+        (["strategy=zero3"], 32),
+        (["strategy=zero3", "batch=medium"], 38),
+        (["strategy=zero3", "batch.grad_accum_steps=8"], 50),
+        (["strategy=fsdp"], 23),
+        (["strategy=fsdp", "batch=medium"], 41),
+        (["strategy=fsdp", "model.num_layers=8"], 43),
+    ],
+)
+def test_data_parallel_collectives_are_those_the_engines_issued(overrides, issued):
+    from distbench.figures.job_terms import device_shard, job_collectives
+    from distbench.job import resolve_job
+
+    job = resolve_job(compose_config(["world_size=2", *overrides]), CONF_DIR)
+    assert job_collectives(job, device_shard(job))["dp"] == issued
+
+
 def test_tensor_and_pipeline_communication_by_hand():
     b, s, h = 1, 2048, 4096
     one = b * s * h * 2  # 16 MiB of bf16 activations

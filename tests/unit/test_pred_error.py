@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from distbench.figures.communication import DEFAULT_CPU_INTERCONNECT_GBPS
 from distbench.figures.links import LinkFit, efficiency_source, link_fits, link_source
 from distbench.figures.pred_error import (
     ErrorBar,
@@ -315,31 +316,31 @@ def test_the_plan_uses_the_stored_collectives_fit_and_names_it(tmp_path):
     client = MlflowClient(uri)
     experiment_id = client.get_experiment_by_name("distbench").experiment_id
     tags = {"workload": "collectives", "hardware": "cpu", "num_nodes": "1"}
-    for busbw in (0.5, 0.7):
+    for busbw in (2.0, 2.4):
         run_id = client.create_run(experiment_id, tags=tags).info.run_id
         client.log_metric(run_id, "alpha_s.all_reduce", 2e-4)
         client.log_metric(run_id, "beta_busbw_gbps.all_reduce", busbw)
         client.set_terminated(run_id, "FINISHED")
     overrides = [*OVERRIDES, f"tracking.uri={uri}"]
     constant = make_plan(overrides, ["dp"], history=True)
-    assert constant.predictions[0].assumptions["bandwidth_gbps"] == 0.25
+    assert constant.predictions[0].assumptions["bandwidth_gbps"] == DEFAULT_CPU_INTERCONNECT_GBPS
     assert (
         "DEFAULT_CPU_INTERCONNECT_GBPS (constant)" in constant.extra["sources"]["intra_node_link"]
     )
-    assert "DEFAULT_LATENCY_S[cpu] = 100 µs" in constant.extra["sources"]["latency"]
+    assert "DEFAULT_LATENCY_S[cpu] = 1500 µs" in constant.extra["sources"]["latency"]
     assert set(constant.error_bars["dp"]) == {"mem", "time"}
     measured = make_plan(overrides, ["dp"], history=True, measured_links=True)
     (p,) = measured.predictions
-    assert p.assumptions["bandwidth_gbps"] == pytest.approx(0.6)  # the median of 0.5, 0.7
+    assert p.assumptions["bandwidth_gbps"] == pytest.approx(2.2)  # the median of 2.0, 2.4
     assert p.assumptions["latency_s"] == pytest.approx(2e-4)
-    assert p.step_time_s < constant.predictions[0].step_time_s  # a faster link than 0.25
+    assert p.step_time_s < constant.predictions[0].step_time_s  # a faster link than the constant
     assert "fit of 2 stored collectives" in measured.extra["sources"]["intra_node_link"]
-    assert "intra-node 0.6 GB/s" in measured.extra["links"]
+    assert "intra-node 2.2 GB/s" in measured.extra["links"]
     assert set(measured.error_bars["dp"]) == {"mem"}  # time bars were for the constant links
     assert plan_json(measured)[-1]["sources"] == measured.extra["sources"]
     elsewhere = make_plan([*OVERRIDES, "tracking=none"], ["dp"], measured_links=True)
     assert "tracking=none" in elsewhere.extra["links"]
-    assert elsewhere.predictions[0].assumptions["bandwidth_gbps"] == 0.25  # the fallback
+    assert elsewhere.predictions[0].assumptions["bandwidth_gbps"] == DEFAULT_CPU_INTERCONNECT_GBPS
 
 
 def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, capsys):
@@ -361,7 +362,7 @@ def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, 
     client = MlflowClient(uri)
     experiment_id = client.create_experiment("distbench")
     wrong_hw = {"workload": "collectives", "hardware": "h100_sxm", "num_nodes": "1"}
-    for tags, busbw in (({**wrong_hw, "hardware": "cpu"}, 0.8), (wrong_hw, 400.0)):
+    for tags, busbw in (({**wrong_hw, "hardware": "cpu"}, 3.0), (wrong_hw, 400.0)):
         run_id = client.create_run(experiment_id, tags=tags).info.run_id
         client.log_metric(run_id, "alpha_s.all_reduce", 3e-4)
         client.log_metric(run_id, "beta_busbw_gbps.all_reduce", busbw)
@@ -370,15 +371,15 @@ def test_link_source_measured_resolves_the_fit_into_the_jobs_hardware(tmp_path, 
     job = prepare_job(resolve_job(compose_config(measured), CONF_DIR))
     hw, fits = job.hardware, job.measured
     assert hw.link_source == "measured" and fits.link_calibration_error is None
-    assert fits.measured_interconnect_gbps == pytest.approx(0.8)  # this hardware's, not the H100's
+    assert fits.measured_interconnect_gbps == pytest.approx(3.0)  # this hardware's, not the H100's
     assert fits.link_latency_us == pytest.approx(300.0)
     assert hw.interconnect_gbps is None  # the catalog figure stays beside it
     pred = predict(job)
-    assert pred.assumptions["bandwidth_gbps"] == pytest.approx(0.8)
+    assert pred.assumptions["bandwidth_gbps"] == pytest.approx(3.0)
     assert pred.assumptions["latency_s"] == pytest.approx(3e-4)
     catalog = predict(resolve_job(compose_config([*OVERRIDES, f"tracking.uri={uri}"]), CONF_DIR))
-    assert catalog.assumptions["bandwidth_gbps"] == 0.25
-    assert pred.time_s["comm"] < catalog.time_s["comm"]  # 0.8 GB/s against the 0.25 constant
+    assert catalog.assumptions["bandwidth_gbps"] == DEFAULT_CPU_INTERCONNECT_GBPS
+    assert pred.time_s["comm"] < catalog.time_s["comm"]  # 3 GB/s, 300 µs against the constants
     # Prediction inputs only: a run with measured links pairs with one without (compare, resume)
     assert run_signature(job.tree()) == run_signature(
         resolve_job(compose_config([*OVERRIDES, f"tracking.uri={uri}"]), CONF_DIR).tree()

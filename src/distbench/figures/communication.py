@@ -21,17 +21,26 @@ if TYPE_CHECKING:
 
 GB = 1e9  # the β of the α-β model is in GB/s, 1e9 bytes/s
 # Per-collective latency (the α of the α-β model). NCCL: ~10 µs within a node (nccl-tests
-# small-message times); gloo over loopback TCP: ~100 µs.
-DEFAULT_LATENCY_S = {"cuda": 10e-6, "cpu": 100e-6}
+# small-message times). CPU ranks (gloo over loopback TCP): 1.5 ms a collective inside a step,
+# where the ranks reach it at different times on shared cores; an idle pair 0.28 ms.
+# Profiled, with the rate below: benchmarks/cpu_runs/2026-11-28_gloo_in_step/.
+DEFAULT_LATENCY_S = {"cuda": 10e-6, "cpu": 1.5e-3}
 # Link between ranks when hardware.interconnect_gbps is unset: CPU ranks on one host talk
-# gloo over loopback TCP; the reduction runs on the same busy core, so the effective rate is
-# far below the socket's (fitted value: benchmarks/planner_constants/README.md).
-DEFAULT_CPU_INTERCONNECT_GBPS = 0.25
+# gloo over loopback TCP, 1.3-1.7 GB/s bus bandwidth inside a step (1.8 idle).
+DEFAULT_CPU_INTERCONNECT_GBPS = 1.5
 # Elements per DeepSpeed communication bucket (conf/ds_zero/*.yaml reduce_bucket_size).
 DEFAULT_BUCKET_ELEMENTS = 5_000_000
+# DeepSpeed ZeRO-0 all-reduces the gradients in flat buffers of this many elements
+# (engine.allreduce_gradients: buffered_allreduce_fallback's elements_per_buffer).
+DEEPSPEED_ZERO0_BUFFER_ELEMENTS = 500_000_000
+# DDP's gradient bucket (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25).
+DDP_BUCKET_BYTES = 25 * 1024**2
 # Weight matrices per layer (what ZeRO-3 gathers one by one): Llama q, k, v, o, gate, up, down;
 # GPT-2 c_attn, attn c_proj, c_fc, mlp c_proj. Norms stay resident (persistence threshold).
 MATRICES_PER_LAYER = {"llama": 7, "gpt2": 4}
+# DeepSpeed's default stage3_param_persistence_threshold (elements): smaller parameters are
+# never partitioned, so never gathered.
+DEFAULT_PERSISTENCE_THRESHOLD = 100_000
 GROUPS = ("dp", "tp", "pp")
 # Tensor-parallel all-reduces of one micro-batch's b·s·h activations per decoder layer, as
 # distbench's engines run HF's layers: the row-parallel outputs in forward (attention o_proj,
@@ -62,6 +71,8 @@ def dp_comm_bytes(
     grad_bytes: int,
     param_bytes: int,
     grad_accum_steps: int = 1,
+    reduce_scatter_as_all_reduce: bool = False,
+    reduce_last_micro_only: bool = False,
 ) -> float:
     """Data-parallel bytes sent per device per optimizer step (ZeRO paper, section 7):
 
@@ -73,18 +84,25 @@ def dp_comm_bytes(
 
     Ψ in elements × bytes per element. With one micro-step all of this is the paper's; with
     gradient accumulation DeepSpeed reduces stage 2/3 gradients in every backward (they are
-    partitioned), and stage 0/1 only at the accumulation boundary."""
+    partitioned), and stage 0/1 only at the accumulation boundary; FSDP under the torch
+    engine (`reduce_last_micro_only`) gathers in every micro-step and reduces in the last
+    (set_requires_gradient_sync). gloo has no reduce-scatter: the engines all-reduce
+    (`reduce_scatter_as_all_reduce`, the traces' gloo:all_reduce), twice the bytes."""
     if dp == 1:
         return 0.0
     grads, params = shard_params * grad_bytes, shard_params * param_bytes
     m = grad_accum_steps
+    reduce = (ring_all_reduce_bytes if reduce_scatter_as_all_reduce else ring_gather_bytes)(
+        grads, dp
+    )
     if zero_stage == 0:
         return ring_all_reduce_bytes(grads, dp)
     if zero_stage == 1:
-        return ring_gather_bytes(grads, dp) + ring_gather_bytes(params, dp)
+        return reduce + ring_gather_bytes(params, dp)
     if zero_stage == 2:
-        return m * ring_gather_bytes(grads, dp) + ring_gather_bytes(params, dp)
-    return m * (2 * ring_gather_bytes(params, dp) + ring_gather_bytes(grads, dp))
+        return m * reduce + ring_gather_bytes(params, dp)
+    reductions = 1 if reduce_last_micro_only else m
+    return m * 2 * ring_gather_bytes(params, dp) + reductions * reduce
 
 
 def tp_comm_bytes(
@@ -147,10 +165,12 @@ def comm_bytes_per_group(
     tp_all_reduces_per_layer: int = MEGATRON_TP_ALL_REDUCES_PER_LAYER,
     tp_head_vocab: int = 0,
     tp_vocab_parallel: bool = False,
+    reduce_scatter_as_all_reduce: bool = False,
+    reduce_last_micro_only: bool = False,
 ) -> dict[str, float]:
-    """Bytes one device sends per step in each group: `dp_comm_bytes`, `tp_comm_bytes` (with
-    its all-reduces per layer, its gathered head's vocabulary or its vocab-parallel embedding
-    and head), `pp_comm_bytes`."""
+    """Bytes one device sends per step in each group: `dp_comm_bytes` (with its gloo and FSDP
+    switches), `tp_comm_bytes` (with its all-reduces per layer, its gathered head's vocabulary
+    or its vocab-parallel embedding and head), `pp_comm_bytes`."""
     b, s, h, m = micro_batch_size, seq_len, hidden_size, grad_accum_steps
     return {
         "dp": dp_comm_bytes(
@@ -160,6 +180,8 @@ def comm_bytes_per_group(
             grad_bytes=grad_bytes,
             param_bytes=param_bytes,
             grad_accum_steps=m,
+            reduce_scatter_as_all_reduce=reduce_scatter_as_all_reduce,
+            reduce_last_micro_only=reduce_last_micro_only,
         ),
         "tp": tp_comm_bytes(
             layout.tp,
@@ -177,35 +199,87 @@ def comm_bytes_per_group(
     }
 
 
-def collectives_per_group(
+def layer_matrix_sizes(
+    family: str, hidden_size: int, intermediate_size: int, kv_dim: int
+) -> list[float]:
+    """Elements of each weight matrix of one decoder layer: Llama q, k, v, o, gate, up,
+    down (k and v `kv_dim` wide under grouped-query attention); GPT-2 c_attn, attn c_proj,
+    c_fc, mlp c_proj."""
+    h, i = float(hidden_size), float(intermediate_size)
+    if family == "gpt2":
+        return [3 * h * h, h * h, 4 * h * h, 4 * h * h]
+    return [h * h, h * kv_dim, h * kv_dim, h * h, h * i, h * i, h * i]
+
+
+def zero3_gathered_per_layer(matrix_sizes: list[float], tp: int, threshold: float) -> int:
+    """The weight matrices of a layer ZeRO-3 partitions and so gathers: those above
+    stage3_param_persistence_threshold elements (a smaller one stays whole on every rank)."""
+    return sum(1 for n in matrix_sizes if n / tp > threshold)
+
+
+def dp_collectives(
     layout: Layout,
     shard_params: float,
     layers_local: float,
     grad_accum_steps: int,
     zero_block: dict[str, Any] | None,
-    family: str,
-    tp_all_reduces_per_layer: int = MEGATRON_TP_ALL_REDUCES_PER_LAYER,
-    tp_head_split: bool = False,
-) -> dict[str, float]:
-    """Collectives per step in each group, each paying the latency α once: the gradient
-    buckets (reduce, plus the all-gather of updated params for stage 1/2; reduce_bucket_size
-    elements each); ZeRO-3 all-gathers each weight matrix in forward and in backward (+ the
-    embedding and LM head); tp `tp_all_reduces_per_layer` all-reduces per layer per
-    micro-batch (+ 2 where the head is split: the gathered head's all-gather and all-reduce, or
-    the vocab-parallel embedding's and head's all-reduces); pp a send forward and one
-    backward per micro-batch."""
-    m = grad_accum_steps
+    *,
+    data_parallel: str | None,
+    grad_bytes: int,
+    gathered_per_layer: int,
+    stays_gathered: bool,
+) -> float:
+    """Data-parallel collectives per step, as the engines issue them (counted in profiler
+    traces of CPU ranks: gloo's per-collective annotations, benchmarks/cpu_runs/
+    2026-11-28_gloo_in_step/):
+    - DDP: one all-reduce per 25 MiB gradient bucket, in the last micro-batch;
+    - FSDP2 (fully_shard per layer and the root): per micro-batch the root and each layer
+      gathered in forward, each layer again in backward; one reduction per group in the last;
+    - DeepSpeed ZeRO-0: one flat all-reduce per 5e8 elements; ZeRO-1/2/3 one reduction per
+      reduce_bucket_size bucket (ZeRO-2/3 in every micro-batch), one all-reduce of the
+      gradient norm, ZeRO-1/2 the updated partitions' all-gather; ZeRO-3 gathers each
+      partitioned matrix (`gathered_per_layer`) and the embedding in forward and in backward,
+      in every micro-batch, except where the whole model stays gathered
+      (`stays_gathered`: the parameters under stage3_max_live_parameters), where the later
+      micro-batches gather the embedding alone."""
+    if layout.dp == 1:
+        return 0.0
+    m, layers = grad_accum_steps, layers_local
+    if data_parallel == "ddp":
+        return float(math.ceil(shard_params * grad_bytes / DDP_BUCKET_BYTES))
+    if data_parallel == "fsdp":
+        return m * (2 * layers + 1) + (layers + 1)
+    if layout.zero_stage == 0:
+        return float(math.ceil(shard_params / DEEPSPEED_ZERO0_BUFFER_ELEMENTS))
     bucket = float((zero_block or {}).get("reduce_bucket_size", DEFAULT_BUCKET_ELEMENTS))
-    buckets = math.ceil(shard_params / bucket) if layout.dp > 1 else 0
-    reductions = {0: 1, 1: 2, 2: m + 1, 3: m}[layout.zero_stage]
-    collectives = {"dp": float(buckets * reductions)}
-    if layout.zero_stage == 3 and layout.dp > 1:
-        gathered = MATRICES_PER_LAYER[family] * layers_local + 2  # + embedding, LM head
-        collectives["dp"] += 2 * m * gathered
-    tp_per_micro = tp_all_reduces_per_layer * layers_local + (2 if tp_head_split else 0)
-    collectives["tp"] = tp_per_micro * m * (layout.tp > 1)
-    collectives["pp"] = 2.0 * m * (layout.pp > 1)
-    return collectives
+    buckets = math.ceil(shard_params / bucket)
+    reductions = buckets * (1 if layout.zero_stage == 1 else m) + 1  # + the norm's
+    if layout.zero_stage < 3:
+        return float(reductions + 1)  # + the updated partitions' all-gather
+    per_pass = gathered_per_layer * layers + 1  # + the embedding
+    gathers = 2 * per_pass + (m - 1) if stays_gathered else 2 * m * per_pass
+    return float(reductions + gathers)
+
+
+def collectives_per_group(
+    layout: Layout,
+    dp_collectives_per_step: float,
+    layers_local: float,
+    grad_accum_steps: int,
+    tp_all_reduces_per_layer: int = MEGATRON_TP_ALL_REDUCES_PER_LAYER,
+    tp_head_collectives: int = 0,
+) -> dict[str, float]:
+    """Collectives per step in each group, each paying the latency α once: dp's
+    (`dp_collectives`); tp `tp_all_reduces_per_layer` all-reduces per layer per micro-batch
+    plus the head's (`tp_head_collectives`: job_terms.tp_head_collectives); pp a send forward
+    and one backward per micro-batch."""
+    m = grad_accum_steps
+    tp_per_micro = tp_all_reduces_per_layer * layers_local + tp_head_collectives
+    return {
+        "dp": float(dp_collectives_per_step),
+        "tp": tp_per_micro * m * (layout.tp > 1),
+        "pp": 2.0 * m * (layout.pp > 1),
+    }
 
 
 def comm_time_s(

@@ -18,13 +18,17 @@ from typing import TYPE_CHECKING
 from distbench.engines.torch_native import sequence_parallel, vocab_parallel
 from distbench.figures.activations import num_recomputed_layers, recompute_flops_fraction
 from distbench.figures.communication import (
+    DEFAULT_PERSISTENCE_THRESHOLD,
     MEGATRON_TP_ALL_REDUCES_PER_LAYER,
     TP_ALL_REDUCES_PER_LAYER,
     Links,
     collectives_per_group,
     comm_bytes_per_group,
     comm_s_per_group,
+    dp_collectives,
+    layer_matrix_sizes,
     resolve_links,
+    zero3_gathered_per_layer,
 )
 from distbench.figures.cpu_rss import cpu_runtime_bytes
 from distbench.figures.memory import Memory, memory_per_device
@@ -178,7 +182,15 @@ def job_comm_bytes(job: Job, shard: Shard) -> dict[str, float]:
         tp_all_reduces_per_layer=tp_all_reduces_per_layer(job),
         tp_head_vocab=job.model.vocab_size if tp_head_gathered(job) else 0,
         tp_vocab_parallel=vocab_parallel(job),
+        reduce_scatter_as_all_reduce=job.device == "cpu",  # gloo has no reduce-scatter
+        reduce_last_micro_only=fsdp_reduces_last_micro(job),
     )
+
+
+def fsdp_reduces_last_micro(job: Job) -> bool:
+    """FSDP under the torch engine reduces gradients in the last micro-batch only
+    (engines/torch_native.py: set_requires_gradient_sync)."""
+    return job.engine == "torch" and job.strategy.data_parallel == "fsdp"
 
 
 # Sequence parallel on the torch engine, per decoder layer and micro-batch, as counted from the
@@ -224,17 +236,48 @@ def tp_head_split(job: Job) -> bool:
 
 
 def job_collectives(job: Job, shard: Shard) -> dict[str, float]:
-    """`collectives_per_group` with the job's zero_optimization block and model family."""
-    return collectives_per_group(
+    """`collectives_per_group` with the job's engine, zero_optimization block and model."""
+    model, zero_block = job.model, job.zero_optimization or {}
+    kv_dim = model.hidden_size // model.num_heads * (model.num_kv_heads or model.num_heads)
+    sizes = layer_matrix_sizes(model.family, model.hidden_size, model.intermediate_size, kv_dim)
+    threshold = float(
+        zero_block.get("stage3_param_persistence_threshold", DEFAULT_PERSISTENCE_THRESHOLD)
+    )
+    max_live = float(zero_block.get("stage3_max_live_parameters", 1e9))
+    dp = dp_collectives(
         shard.layout,
         shard.params,
         shard.layers,
         job.batch.grad_accum_steps,
-        job.zero_optimization,
-        job.model.family,
-        tp_all_reduces_per_layer=tp_collectives_per_layer(job),
-        tp_head_split=tp_head_split(job),
+        zero_block,
+        data_parallel=job.strategy.data_parallel if job.engine == "torch" else None,
+        grad_bytes=shard.moved.grad,
+        gathered_per_layer=zero3_gathered_per_layer(sizes, shard.layout.tp, threshold),
+        stays_gathered=shard.params <= max_live,
     )
+    return collectives_per_group(
+        shard.layout,
+        dp,
+        shard.layers,
+        job.batch.grad_accum_steps,
+        tp_all_reduces_per_layer=tp_collectives_per_layer(job),
+        tp_head_collectives=tp_head_collectives(job),
+    )
+
+
+# The loss under loss_parallel (vocab-parallel logits): all-reduces of the max, of the sum of
+# exponentials and of the target's logit over the vocabulary's shards (3 per micro-batch more
+# in torch_tp's traces than the layers and the split head account for).
+LOSS_PARALLEL_COLLECTIVES = 3
+
+
+def tp_head_collectives(job: Job) -> int:
+    """The tp collectives of the embedding, head and loss per micro-batch: 2 where the head is
+    split (the gathered head's all-gather and all-reduce, or the vocab-parallel embedding's and
+    head's all-reduces), plus the vocab-parallel loss's (`LOSS_PARALLEL_COLLECTIVES`)."""
+    if not tp_head_split(job):
+        return 0
+    return 2 + (LOSS_PARALLEL_COLLECTIVES if vocab_parallel(job) else 0)
 
 
 def job_links(

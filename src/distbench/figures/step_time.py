@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from distbench.figures.communication import GB
+from distbench.figures.communication import DDP_BUCKET_BYTES, GB
 
 # Model FLOPs utilisation assumed for the compute term. GPU: 0.4, what well-tuned dense
 # transformer training reaches (Megatron-LM and PaLM report 40-55 % MFU). CPU: 0.6, what a
@@ -30,9 +30,6 @@ HOST_LINK_GBPS = 25.0
 # CPU optimizer throughput for offload (parameters/s): torch AdamW (foreach off) on the host,
 # the optimizer distbench hands DeepSpeed; DeepSpeed's CPUAdam is ~5x faster (ZeRO-Offload).
 CPU_ADAM_PARAMS_PER_S = 2e8
-# DDP's default bucket (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25): the last
-# one is reduced after backward ends, so at least its time is exposed.
-DDP_BUCKET_BYTES = 25 * 1024**2
 # Backward is 2/3 of a step's FLOPs (6N: 2N forward, 4N backward).
 BACKWARD_FRACTION = 2 / 3
 
@@ -214,6 +211,7 @@ def hidden_comm_s(
     if device != "cuda" or engine != "torch" or dp_comm_s <= 0:
         return 0.0
     if data_parallel == "ddp":
+        # the last bucket is reduced after backward ends: at least its time is exposed
         last_bucket_s = dp_comm_s * min(1.0, DDP_BUCKET_BYTES / max(grad_bytes, 1.0))
         last_backward_s = BACKWARD_FRACTION * compute_s / max(grad_accum_steps, 1)
         return max(0.0, min(dp_comm_s - last_bucket_s, last_backward_s))
