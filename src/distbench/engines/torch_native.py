@@ -346,11 +346,13 @@ class TorchEngine:
         return torch.autocast(device_type=self.device, dtype=self.autocast_dtype)
 
     def _sync(self, last: bool) -> Any:
-        """Gradient sync on the last micro-batch only."""
+        """DDP reduces on the last micro-batch only (its gradients are whole either way). FSDP
+        reduce-scatters in every micro-batch (torchtitan's default): without that sync FSDP2
+        keeps every parameter's unsharded gradient, in reduce_dtype, until the last one
+        (FSDPParamGroup.post_backward: unsharded_accumulated_grad), a whole model's
+        gradients per rank."""
         if self.data_parallel == "ddp" and not last:
             return self.module.no_sync()
-        if self.data_parallel == "fsdp":
-            self.module.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
 
     def train_step(self, micro_batches: list[Any]) -> float:

@@ -72,7 +72,6 @@ def dp_comm_bytes(
     param_bytes: int,
     grad_accum_steps: int = 1,
     reduce_scatter_as_all_reduce: bool = False,
-    reduce_last_micro_only: bool = False,
 ) -> float:
     """Data-parallel bytes sent per device per optimizer step (ZeRO paper, section 7):
 
@@ -85,8 +84,7 @@ def dp_comm_bytes(
     Ψ in elements × bytes per element. With one micro-step all of this is the paper's; with
     gradient accumulation DeepSpeed reduces stage 2/3 gradients in every backward (they are
     partitioned), and stage 0/1 only at the accumulation boundary; FSDP under the torch
-    engine (`reduce_last_micro_only`) gathers in every micro-step and reduces in the last
-    (set_requires_gradient_sync). gloo has no reduce-scatter: the engines all-reduce
+    engine as stage 3. gloo has no reduce-scatter: the engines all-reduce
     (`reduce_scatter_as_all_reduce`, the traces' gloo:all_reduce), twice the bytes."""
     if dp == 1:
         return 0.0
@@ -101,8 +99,7 @@ def dp_comm_bytes(
         return reduce + ring_gather_bytes(params, dp)
     if zero_stage == 2:
         return m * reduce + ring_gather_bytes(params, dp)
-    reductions = 1 if reduce_last_micro_only else m
-    return m * 2 * ring_gather_bytes(params, dp) + reductions * reduce
+    return m * (2 * ring_gather_bytes(params, dp) + reduce)
 
 
 def tp_comm_bytes(
@@ -166,11 +163,10 @@ def comm_bytes_per_group(
     tp_head_vocab: int = 0,
     tp_vocab_parallel: bool = False,
     reduce_scatter_as_all_reduce: bool = False,
-    reduce_last_micro_only: bool = False,
 ) -> dict[str, float]:
-    """Bytes one device sends per step in each group: `dp_comm_bytes` (with its gloo and FSDP
-    switches), `tp_comm_bytes` (with its all-reduces per layer, its gathered head's vocabulary
-    or its vocab-parallel embedding and head), `pp_comm_bytes`."""
+    """Bytes one device sends per step in each group: `dp_comm_bytes` (with its gloo switch),
+    `tp_comm_bytes` (with its all-reduces per layer, its gathered head's vocabulary or its
+    vocab-parallel embedding and head), `pp_comm_bytes`."""
     b, s, h, m = micro_batch_size, seq_len, hidden_size, grad_accum_steps
     return {
         "dp": dp_comm_bytes(
@@ -181,7 +177,6 @@ def comm_bytes_per_group(
             param_bytes=param_bytes,
             grad_accum_steps=m,
             reduce_scatter_as_all_reduce=reduce_scatter_as_all_reduce,
-            reduce_last_micro_only=reduce_last_micro_only,
         ),
         "tp": tp_comm_bytes(
             layout.tp,
@@ -234,7 +229,7 @@ def dp_collectives(
     2026-11-28_gloo_in_step/):
     - DDP: one all-reduce per 25 MiB gradient bucket, in the last micro-batch;
     - FSDP2 (fully_shard per layer and the root): per micro-batch the root and each layer
-      gathered in forward, each layer again in backward; one reduction per group in the last;
+      gathered in forward, each layer again in backward, and one reduction per group;
     - DeepSpeed ZeRO-0: one flat all-reduce per 5e8 elements; ZeRO-1/2/3 one reduction per
       reduce_bucket_size bucket (ZeRO-2/3 in every micro-batch), one all-reduce of the
       gradient norm, ZeRO-1/2 the updated partitions' all-gather; ZeRO-3 gathers each
@@ -248,7 +243,7 @@ def dp_collectives(
     if data_parallel == "ddp":
         return float(math.ceil(shard_params * grad_bytes / DDP_BUCKET_BYTES))
     if data_parallel == "fsdp":
-        return m * (2 * layers + 1) + (layers + 1)
+        return m * (3 * layers + 2)  # (L + 1) + L gathers, L + 1 reductions
     if layout.zero_stage == 0:
         return float(math.ceil(shard_params / DEEPSPEED_ZERO0_BUFFER_ELEMENTS))
     bucket = float((zero_block or {}).get("reduce_bucket_size", DEFAULT_BUCKET_ELEMENTS))

@@ -183,14 +183,7 @@ def job_comm_bytes(job: Job, shard: Shard) -> dict[str, float]:
         tp_head_vocab=job.model.vocab_size if tp_head_gathered(job) else 0,
         tp_vocab_parallel=vocab_parallel(job),
         reduce_scatter_as_all_reduce=job.device == "cpu",  # gloo has no reduce-scatter
-        reduce_last_micro_only=fsdp_reduces_last_micro(job),
     )
-
-
-def fsdp_reduces_last_micro(job: Job) -> bool:
-    """FSDP under the torch engine reduces gradients in the last micro-batch only
-    (engines/torch_native.py: set_requires_gradient_sync)."""
-    return job.engine == "torch" and job.strategy.data_parallel == "fsdp"
 
 
 # Sequence parallel on the torch engine, per decoder layer and micro-batch, as counted from the
