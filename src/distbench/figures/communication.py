@@ -35,9 +35,6 @@ DEFAULT_BUCKET_ELEMENTS = 5_000_000
 DEEPSPEED_ZERO0_BUFFER_ELEMENTS = 500_000_000
 # DDP's gradient bucket (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25).
 DDP_BUCKET_BYTES = 25 * 1024**2
-# Weight matrices per layer (what ZeRO-3 gathers one by one): Llama q, k, v, o, gate, up, down;
-# GPT-2 c_attn, attn c_proj, c_fc, mlp c_proj. Norms stay resident (persistence threshold).
-MATRICES_PER_LAYER = {"llama": 7, "gpt2": 4}
 # DeepSpeed's default stage3_param_persistence_threshold (elements): smaller parameters are
 # never partitioned, so never gathered.
 DEFAULT_PERSISTENCE_THRESHOLD = 100_000
