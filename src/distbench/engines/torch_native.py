@@ -27,10 +27,11 @@ TP → AC → compile → FSDP):
    bf16-mixed: fp32 weights, forward under autocast (FSDP2: MixedPrecisionPolicy instead);
    pp > 1: `ScheduleGPipe` or `Schedule1F1B` (`strategy.pp_schedule`) over the micro-batches.
 
-One step: each micro-batch's loss / num_micro_batches is back-propagated (gradients are synced
-on the last micro-batch only), then one optimizer step: the same update as DeepSpeed's gradient
-accumulation. Its strategy schema, `TorchStrategyConfig` (`schema/strategy_torch`), adds
-`data_parallel` and `pp_schedule` to the shared layout; ZeRO stages and offload are DeepSpeed's.
+One step: each micro-batch's loss / num_micro_batches is back-propagated (DDP syncs gradients on
+the last micro-batch only, FSDP reduce-scatters them in each), then one optimizer step: the same
+update as DeepSpeed's gradient accumulation. Its strategy schema, `TorchStrategyConfig`
+(`schema/strategy_torch`), adds `data_parallel` and `pp_schedule` to the shared layout; ZeRO
+stages and offload are DeepSpeed's.
 
     python run.py strategy=torch_tp world_size=4     # tp 2 × dp 2 (FSDP across replicas)
 """
