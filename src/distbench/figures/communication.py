@@ -22,22 +22,26 @@ if TYPE_CHECKING:
 GB = 1e9  # the β of the α-β model is in GB/s, 1e9 bytes/s
 # Per-collective latency (the α of the α-β model). NCCL: ~10 µs within a node (nccl-tests
 # small-message times). CPU ranks (gloo over loopback TCP): 1.5 ms a collective inside a step,
-# where the ranks reach it at different times on shared cores; an idle pair 0.28 ms.
+# where the ranks reach it at different times on shared cores; an idle pair ~0.3 ms.
 # Profiled, with the rate below: benchmarks/cpu_runs/2026-11-28_gloo_in_step/.
 DEFAULT_LATENCY_S = {"cuda": 10e-6, "cpu": 1.5e-3}
 # Link between ranks when hardware.interconnect_gbps is unset: CPU ranks on one host talk
-# gloo over loopback TCP, 1.3-1.7 GB/s bus bandwidth inside a step (1.8 idle).
+# gloo over loopback TCP, 1.3-1.6 GB/s bus bandwidth inside a step (1.6-2.0 idle).
 DEFAULT_CPU_INTERCONNECT_GBPS = 1.5
-# Elements per DeepSpeed communication bucket (conf/ds_zero/*.yaml reduce_bucket_size).
-DEFAULT_BUCKET_ELEMENTS = 5_000_000
+# DeepSpeed's zero_optimization defaults where a run's block leaves a key out (DeepSpeed docs,
+# "ZeRO optimizations"; conf/ds_zero/*.yaml sets its own).
+DEEPSPEED_ZERO_DEFAULTS = {
+    "reduce_bucket_size": 5e8,
+    "allgather_bucket_size": 5e8,
+    "stage3_prefetch_bucket_size": 5e7,
+    "stage3_max_live_parameters": 1e9,
+    "stage3_param_persistence_threshold": 1e5,
+}
 # DeepSpeed ZeRO-0 all-reduces the gradients in flat buffers of this many elements
 # (engine.allreduce_gradients: buffered_allreduce_fallback's elements_per_buffer).
 DEEPSPEED_ZERO0_BUFFER_ELEMENTS = 500_000_000
 # DDP's gradient bucket (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25).
 DDP_BUCKET_BYTES = 25 * 1024**2
-# DeepSpeed's default stage3_param_persistence_threshold (elements): smaller parameters are
-# never partitioned, so never gathered.
-DEFAULT_PERSISTENCE_THRESHOLD = 100_000
 GROUPS = ("dp", "tp", "pp")
 # Tensor-parallel all-reduces of one micro-batch's b·s·h activations per decoder layer, as
 # distbench's engines run HF's layers: the row-parallel outputs in forward (attention o_proj,
@@ -191,16 +195,9 @@ def comm_bytes_per_group(
     }
 
 
-def layer_matrix_sizes(
-    family: str, hidden_size: int, intermediate_size: int, kv_dim: int
-) -> list[float]:
-    """Elements of each weight matrix of one decoder layer: Llama q, k, v, o, gate, up,
-    down (k and v `kv_dim` wide under grouped-query attention); GPT-2 c_attn, attn c_proj,
-    c_fc, mlp c_proj."""
-    h, i = float(hidden_size), float(intermediate_size)
-    if family == "gpt2":
-        return [3 * h * h, h * h, 4 * h * h, 4 * h * h]
-    return [h * h, h * kv_dim, h * kv_dim, h * h, h * i, h * i, h * i]
+def zero_setting(zero_block: dict[str, Any] | None, key: str) -> float:
+    """A zero_optimization value of the run, else DeepSpeed's default (DEEPSPEED_ZERO_DEFAULTS)."""
+    return float((zero_block or {}).get(key, DEEPSPEED_ZERO_DEFAULTS[key]))
 
 
 def zero3_gathered_per_layer(matrix_sizes: list[float], tp: int, threshold: float) -> int:
@@ -243,8 +240,7 @@ def dp_collectives(
         return m * (3 * layers + 2)  # (L + 1) + L gathers, L + 1 reductions
     if layout.zero_stage == 0:
         return float(math.ceil(shard_params / DEEPSPEED_ZERO0_BUFFER_ELEMENTS))
-    bucket = float((zero_block or {}).get("reduce_bucket_size", DEFAULT_BUCKET_ELEMENTS))
-    buckets = math.ceil(shard_params / bucket)
+    buckets = math.ceil(shard_params / zero_setting(zero_block, "reduce_bucket_size"))
     reductions = buckets * (1 if layout.zero_stage == 1 else m) + 1  # + the norm's
     if layout.zero_stage < 3:
         return float(reductions + 1)  # + the updated partitions' all-gather

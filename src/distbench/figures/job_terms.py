@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from distbench.engines.torch_native import sequence_parallel, vocab_parallel
 from distbench.figures.activations import num_recomputed_layers, recompute_flops_fraction
 from distbench.figures.communication import (
-    DEFAULT_PERSISTENCE_THRESHOLD,
     MEGATRON_TP_ALL_REDUCES_PER_LAYER,
     TP_ALL_REDUCES_PER_LAYER,
     Links,
@@ -26,9 +25,9 @@ from distbench.figures.communication import (
     comm_bytes_per_group,
     comm_s_per_group,
     dp_collectives,
-    layer_matrix_sizes,
     resolve_links,
     zero3_gathered_per_layer,
+    zero_setting,
 )
 from distbench.figures.cpu_rss import cpu_runtime_bytes
 from distbench.figures.memory import Memory, memory_per_device
@@ -54,6 +53,7 @@ from distbench.figures.step_time import (
     ranks_sharing_machine,
 )
 from distbench.precision import is_mixed
+from distbench.ranks.models import layer_matrix_sizes
 
 if TYPE_CHECKING:
     from distbench.job import Job, Layout
@@ -230,13 +230,9 @@ def tp_head_split(job: Job) -> bool:
 
 def job_collectives(job: Job, shard: Shard) -> dict[str, float]:
     """`collectives_per_group` with the job's engine, zero_optimization block and model."""
-    model, zero_block = job.model, job.zero_optimization or {}
-    kv_dim = model.hidden_size // model.num_heads * (model.num_kv_heads or model.num_heads)
-    sizes = layer_matrix_sizes(model.family, model.hidden_size, model.intermediate_size, kv_dim)
-    threshold = float(
-        zero_block.get("stage3_param_persistence_threshold", DEFAULT_PERSISTENCE_THRESHOLD)
-    )
-    max_live = float(zero_block.get("stage3_max_live_parameters", 1e9))
+    zero_block = job.zero_optimization
+    threshold = zero_setting(zero_block, "stage3_param_persistence_threshold")
+    sizes = layer_matrix_sizes(job.model)
     dp = dp_collectives(
         shard.layout,
         shard.params,
@@ -246,7 +242,7 @@ def job_collectives(job: Job, shard: Shard) -> dict[str, float]:
         data_parallel=job.strategy.data_parallel if job.engine == "torch" else None,
         grad_bytes=shard.moved.grad,
         gathered_per_layer=zero3_gathered_per_layer(sizes, shard.layout.tp, threshold),
-        stays_gathered=shard.params <= max_live,
+        stays_gathered=shard.params <= zero_setting(zero_block, "stage3_max_live_parameters"),
     )
     return collectives_per_group(
         shard.layout,

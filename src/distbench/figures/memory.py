@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from distbench.figures.activations import activation_terms, num_recomputed_layers
 from distbench.figures.alive import grads_freed_between_steps, when_alive
+from distbench.figures.communication import zero_setting
 from distbench.figures.cpu_rss import (
     activation_tensor_bytes,
     cpu_process_terms,
@@ -207,14 +208,14 @@ def deepspeed_buffer_bytes(
     shard = max(shard_params, 1.0)
     if dp == 1 and zero_stage < 3:
         return {}
-    reduce = min(float(zero_block.get("reduce_bucket_size", 5e8)), shard)
+    reduce = min(zero_setting(zero_block, "reduce_bucket_size"), shard)
     out = {"reduce_bucket": reduce * (grad_bytes + (4 if comm_fp32 and grad_bytes != 4 else 0))}
     if zero_stage in (1, 2):
-        gather = min(float(zero_block.get("allgather_bucket_size", 5e8)), shard)
+        gather = min(zero_setting(zero_block, "allgather_bucket_size"), shard)
         out["allgather_bucket"] = gather * param_bytes
     if zero_stage == 3:
-        live = min(float(zero_block.get("stage3_max_live_parameters", 1e9)), shard)
-        prefetch = min(float(zero_block.get("stage3_prefetch_bucket_size", 5e7)), shard)
+        live = min(zero_setting(zero_block, "stage3_max_live_parameters"), shard)
+        prefetch = min(zero_setting(zero_block, "stage3_prefetch_bucket_size"), shard)
         out["zero3_live_params"] = max(live, largest_matrix) * param_bytes
         out["zero3_prefetch_bucket"] = prefetch * param_bytes
         out["zero3_largest_weight_grad"] = largest_matrix * grad_bytes

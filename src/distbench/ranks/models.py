@@ -15,22 +15,32 @@ from distbench.compose.schema import ModelConfig
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
+def layer_matrix_sizes(model_cfg: ModelConfig) -> list[int]:
+    """Elements of each weight matrix of one decoder layer: Llama q, k, v, o (k and v as wide
+    as the key/value heads), gate, up, down; GPT-2 c_attn, attn c_proj, c_fc, mlp c_proj."""
+    h, inter = model_cfg.hidden_size, model_cfg.intermediate_size
+    if model_cfg.family == "llama":
+        kv = model_cfg.num_kv_heads * (h // model_cfg.num_heads)
+        return [h * h, h * kv, h * kv, h * h, h * inter, h * inter, inter * h]
+    if model_cfg.family == "gpt2":
+        return [h * 3 * h, h * h, h * inter, inter * h]
+    raise ValueError(f"model.family={model_cfg.family!r}; choose llama or gpt2")
+
+
 def count_params(model_cfg: ModelConfig) -> dict[str, int]:
     """Parameter counts of the architecture: `total`, `embedding` (input token + position
     tables) and `matmul` (what multiplies activations: total minus the input lookups, the LM
     head included; a tied LM head shares the embedding table and counts once, as a matmul)."""
     h, layers, vocab = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
     inter = model_cfg.intermediate_size
+    matrices = sum(layer_matrix_sizes(model_cfg))
     if model_cfg.family == "llama":
-        head_dim = h // model_cfg.num_heads
-        kv = model_cfg.num_kv_heads * head_dim
-        per_layer = (h * h + 2 * h * kv + h * h) + 3 * h * inter + 2 * h  # attn, SwiGLU, 2 RMSNorm
+        per_layer = matrices + 2 * h  # attn, SwiGLU, 2 RMSNorm
         token_embedding, position_embedding = vocab * h, 0
         body = layers * per_layer + h  # + final RMSNorm
     elif model_cfg.family == "gpt2":
-        attn = h * 3 * h + 3 * h + h * h + h  # c_attn, c_proj with biases
-        mlp = h * inter + inter + inter * h + h  # c_fc, c_proj with biases
-        per_layer = attn + mlp + 2 * 2 * h  # two LayerNorms (weight + bias)
+        biases = 3 * h + h + inter + h  # c_attn, attn c_proj, c_fc, mlp c_proj
+        per_layer = matrices + biases + 2 * 2 * h  # two LayerNorms (weight + bias)
         token_embedding, position_embedding = vocab * h, model_cfg.max_position_embeddings * h
         body = layers * per_layer + 2 * h  # + ln_f
     else:
