@@ -147,6 +147,19 @@ def test_root_cause_rank_is_reported_not_the_rank_torchrun_killed():
     assert classify_failure(1, [], tail) == ("crash", "rank 0 killed by SIGABRT")
 
 
+def test_a_rank_aborted_by_its_peers_error_names_the_error():
+    """The device audit's job on 2026-11-28: rank 1 raised on a meta tensor and left, gloo
+    aborted rank 0 mid-collective; the reason named the abort, not the error."""
+    tail = "Failures:\nRoot Cause (first observed failure):\n[0]:\n  rank : 0 (local_rank: 0)\n"
+    tail += "  exitcode  : -6 (pid: 1)\n"
+    errors = [{"rank": 1, "type": "NotImplementedError", "message": "tensor on meta"}, *PEER_GONE]
+    assert classify_failure(1, errors, tail) == (
+        "crash",
+        "rank 1: NotImplementedError: tensor on meta",
+    )
+    assert classify_failure(1, PEER_GONE, tail) == ("crash", "rank 0 killed by SIGABRT")
+
+
 def test_shm_leftovers_of_the_job_port_are_removed_and_no_others(tmp_path):
     ours = [tmp_path / f"deepspeed_allreduce_buffer_0_127.0.0.1_41000_{r}" for r in range(2)]
     other = tmp_path / "deepspeed_allreduce_buffer_0_127.0.0.1_41001_0"

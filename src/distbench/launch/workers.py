@@ -359,17 +359,20 @@ def classify_failure(
 
     Root cause first: an out-of-memory error on any rank; a rank killed by a signal (oom when
     the kernel's OOM-kill counter moved during the job, else crash); a rank's own Python error;
-    and only then the collective errors its peers raised because it was gone."""
+    and only then the collective errors its peers raised because it was gone. A SIGABRT beside
+    another rank's own Python error is that error's consequence (gloo terminates a rank whose
+    peer left mid-collective), so the error is named."""
     for err in sorted(errors, key=lambda e: e.get("rank", 0)):
         if err["type"] in OOM_TYPES or any(p in err["message"] for p in OOM_PATTERNS):
             return "oom", f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
     signalled = signalled_ranks(stderr_tail)
-    if signalled and signalled[0][1] != signal.SIGTERM:
+    own = [e for e in errors if not _is_collective(e)]
+    aborted_by_peer = bool(signalled) and signalled[0][1] == signal.SIGABRT and bool(own)
+    if signalled and signalled[0][1] != signal.SIGTERM and not aborted_by_peer:
         rank, signum = signalled[0]
         if signum == signal.SIGKILL and oom_killed:
             return "oom", f"rank {rank} killed by SIGKILL from the kernel's out-of-memory killer"
         return "crash", f"rank {rank} killed by {_signal_name(signum)}"
-    own = [e for e in errors if not _is_collective(e)]
     if own:
         err = min(own, key=lambda e: e.get("rank", 0))
         return "crash", f"rank {err['rank']}: {err['type']}: {_first_line(err['message'])}"
